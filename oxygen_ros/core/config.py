@@ -1,0 +1,208 @@
+"""Model configuration: frozen dataclasses and the named presets.
+
+One source of defaults for the whole package: ROS parameters and CLI flags are generated from
+these dataclasses. The full-size preset follows openpi's ``pi05`` (``gemma_2b`` VLM +
+``gemma_300m`` action expert, SigLIP So400m/14 at 224 px) and LeRobot's ``pi05`` policy config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+IMAGE_SLOTS: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the value."""
+
+
+def _check(cond: bool, owner: str, name: str, value: Any, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{owner}.{name}={value!r} is invalid: {why}")
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """SigLIP vision tower (no pooling head). ``num_tokens`` image tokens per camera slot."""
+
+    hidden_size: int = 1152
+    intermediate_size: int = 4304
+    num_layers: int = 27
+    num_heads: int = 16
+    image_size: int = 224
+    patch_size: int = 14
+    layer_norm_eps: float = 1e-6
+
+    @property
+    def num_tokens(self) -> int:
+        """Image tokens per slot: (image_size / patch_size)^2 (256 at 224 px, patch 14)."""
+        return (self.image_size // self.patch_size) ** 2
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        o = "vision"
+        for name in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "image_size", "patch_size"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v > 0, o, name, v, "must be a positive int")
+        _check(self.hidden_size % self.num_heads == 0, o, "num_heads", self.num_heads, "must divide hidden_size")
+        _check(self.image_size % self.patch_size == 0, o, "patch_size", self.patch_size, "must divide image_size")
+        _check(self.layer_norm_eps > 0, o, "layer_norm_eps", self.layer_norm_eps, "must be > 0")
+
+
+@dataclass(frozen=True)
+class GemmaConfig:
+    """One Gemma stack of the Mixture-of-Transformers (VLM or action expert)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int = 8
+    num_kv_heads: int = 1
+    head_dim: int = 256
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+
+    def validate(self, owner: str) -> None:
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        for name in ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads", "head_dim"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v > 0, owner, name, v, "must be a positive int")
+        _check(self.num_heads % self.num_kv_heads == 0, owner, "num_kv_heads", self.num_kv_heads,
+               "must divide num_heads")
+        _check(self.head_dim % 2 == 0, owner, "head_dim", self.head_dim, "must be even (RoPE)")
+        _check(self.rope_theta > 0, owner, "rope_theta", self.rope_theta, "must be > 0")
+        _check(self.rms_norm_eps > 0, owner, "rms_norm_eps", self.rms_norm_eps, "must be > 0")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Whole π0.5 model: vision tower, VLM, action expert, flow-matching head, prompt limits.
+
+    ``action_dim`` is the padded model dimension (32); the robot's own dimension comes from the
+    normalisation stats of the checkpoint and is a slice of it.
+    """
+
+    name: str
+    vision: VisionConfig
+    vlm: GemmaConfig
+    expert: GemmaConfig
+    vocab_size: int = 257152
+    action_dim: int = 32
+    action_horizon: int = 50
+    max_token_len: int = 200
+    num_denoise_steps: int = 10
+    num_state_bins: int = 256
+    image_slots: tuple[str, ...] = IMAGE_SLOTS
+    time_min_period: float = 4e-3
+    time_max_period: float = 4.0
+
+    @property
+    def num_image_tokens(self) -> int:
+        """Image tokens over all slots (masked slots included)."""
+        return len(self.image_slots) * self.vision.num_tokens
+
+    @property
+    def max_prefix_len(self) -> int:
+        """Longest possible prefix: all image tokens plus ``max_token_len`` prompt tokens."""
+        return self.num_image_tokens + self.max_token_len
+
+    def validate(self) -> "ModelConfig":
+        """Check every field; raise :class:`ConfigError` naming the first invalid one."""
+        self.vision.validate()
+        self.vlm.validate("vlm")
+        self.expert.validate("expert")
+        o = "model"
+        _check(self.expert.depth == self.vlm.depth, o, "expert.depth", self.expert.depth,
+               f"must equal vlm.depth={self.vlm.depth} (one joint attention per layer)")
+        for name in ("head_dim", "num_heads", "num_kv_heads"):
+            _check(getattr(self.expert, name) == getattr(self.vlm, name), o, f"expert.{name}",
+                   getattr(self.expert, name), f"must equal vlm.{name} (joint attention)")
+        for name in ("vocab_size", "action_dim", "action_horizon", "max_token_len", "num_denoise_steps",
+                     "num_state_bins"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v > 0, o, name, v, "must be a positive int")
+        _check(len(self.image_slots) >= 1 and len(set(self.image_slots)) == len(self.image_slots), o,
+               "image_slots", self.image_slots, "must be non-empty and unique")
+        _check(0 < self.time_min_period < self.time_max_period, o, "time_min_period", self.time_min_period,
+               "must satisfy 0 < time_min_period < time_max_period")
+        return self
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """Return a validated copy with top-level fields changed."""
+        return dataclasses.replace(self, **changes).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (written as ``config.json`` by ``save_pretrained``)."""
+        d = dataclasses.asdict(self)
+        d["image_slots"] = list(self.image_slots)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ConfigError(f"model config has unknown keys: {extra}")
+        d = dict(d)
+        d["vision"] = VisionConfig(**d["vision"]) if isinstance(d.get("vision"), dict) else d.get("vision")
+        d["vlm"] = GemmaConfig(**d["vlm"]) if isinstance(d.get("vlm"), dict) else d.get("vlm")
+        d["expert"] = GemmaConfig(**d["expert"]) if isinstance(d.get("expert"), dict) else d.get("expert")
+        if "image_slots" in d:
+            d["image_slots"] = tuple(d["image_slots"])
+        return cls(**d).validate()
+
+
+def _pi05() -> ModelConfig:
+    return ModelConfig(
+        name="pi05",
+        vision=VisionConfig(),
+        vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
+        expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096),
+    )
+
+
+def _pi05_small() -> ModelConfig:
+    # Same structure and token counts (3 x 256 image tokens, 200 prompt tokens) as pi05, with
+    # widths/depths cut so one frame runs well under a second on 2 CPU cores (benchmarks, demo).
+    return ModelConfig(
+        name="pi05-small",
+        vision=VisionConfig(hidden_size=192, intermediate_size=768, num_layers=4, num_heads=4),
+        vlm=GemmaConfig(width=256, depth=4, mlp_dim=1024, num_heads=8, num_kv_heads=1, head_dim=32),
+        expert=GemmaConfig(width=128, depth=4, mlp_dim=512, num_heads=8, num_kv_heads=1, head_dim=32),
+        vocab_size=2048,
+    )
+
+
+def _pi05_tiny() -> ModelConfig:
+    # For unit tests: milliseconds per call, but every code path of the full model.
+    return ModelConfig(
+        name="pi05-tiny",
+        vision=VisionConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                            image_size=56, patch_size=14),
+        vlm=GemmaConfig(width=64, depth=2, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=16),
+        expert=GemmaConfig(width=32, depth=2, mlp_dim=64, num_heads=4, num_kv_heads=1, head_dim=16),
+        vocab_size=512,
+        action_horizon=10,
+        max_token_len=64,
+    )
+
+
+PRESETS: dict[str, Any] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """Return the validated :class:`ModelConfig` of a named preset.
+
+    Raises:
+        ConfigError: unknown preset name (the message lists the known ones).
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
+    return PRESETS[name]().validate()
+
+
+__all__ = ["IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
+           "get_preset"]

@@ -1,0 +1,170 @@
+"""Attention views: how one forward reads and writes K/V, independent of where K/V are stored.
+
+The model math (``gemma.py``) only ever calls ``view.attend_kv(layer, k, v)`` and reads
+``view.positions`` / ``view.allowed``. A view decides where the new tokens' K/V go and which keys
+each query may see. Storage backends provide views:
+
+* :class:`DenseKVCache` here — contiguous per-row buffers, used by the single-request reference
+  (:class:`~oxygen_ros.core.policy.Pi05Policy`) and the tests;
+* the paged block pool of :mod:`oxygen_ros.core.cache` — the engine.
+
+Cache layout convention (shared by both): a sequence's K/V slot ``i`` holds the token at RoPE
+position ``i``. Prefixes are stored compacted (only valid tokens), so positions count valid tokens
+only, as in openpi (``cumsum(mask) - 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class AttentionView(Protocol):
+    """What the model needs from storage for one forward over ``[B, T]`` new tokens.
+
+    Attributes:
+        positions: ``[B, T]`` int64 RoPE positions of the new tokens.
+        allowed: ``[B, T, S]`` bool — query ``t`` may attend key ``s`` of ``attend_kv``'s output.
+    """
+
+    positions: Tensor
+    allowed: Tensor
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' K/V (``[B, T, KVH, D]``) if this view writes, and return the keys
+        and values ``[B, S, KVH, D]`` the queries attend over."""
+        ...
+
+
+class SelfView:
+    """No storage: the new tokens attend only to each other (uncached reference forwards)."""
+
+    def __init__(self, positions: Tensor, allowed: Tensor) -> None:
+        self.positions = positions
+        self.allowed = allowed
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return k, v
+
+
+def prefix_positions(valid: Tensor) -> Tensor:
+    """Positions of a prefix: ``cumsum(valid) - 1`` clamped at 0 (``[B, P]`` bool → int64)."""
+    return (valid.long().cumsum(-1) - 1).clamp_min(0)
+
+
+class _WriteView:
+    """Writes the valid new tokens at ``positions`` of a dense buffer, returns the buffer prefix."""
+
+    def __init__(self, cache: "DenseKVCache", valid: Tensor, positions: Tensor, allowed: Tensor,
+                 read_len: int, return_new: bool) -> None:
+        self.cache = cache
+        self.positions = positions
+        self.allowed = allowed
+        self._rows, self._cols = valid.nonzero(as_tuple=True)
+        self._dst = positions[self._rows, self._cols]
+        self._read_len = read_len
+        self._return_new = return_new
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        ck, cv = self.cache.k[layer], self.cache.v[layer]
+        ck[self._rows, self._dst] = k[self._rows, self._cols]
+        cv[self._rows, self._dst] = v[self._rows, self._cols]
+        if self._return_new:
+            return k, v
+        return ck[:, : self._read_len], cv[:, : self._read_len]
+
+
+class _DenoiseView:
+    """Action-expert view: read-only prefix plus a suffix scratch buffer reused every step.
+
+    The prefix is copied once (per ``sample_actions`` call) into ``[L, B, P + H, KVH, D]`` scratch;
+    every denoise step overwrites only the last ``H`` slots. The cache is never written.
+    """
+
+    def __init__(self, prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int) -> None:
+        b, p = prefix_k[0].shape[:2]
+        tail = prefix_k[0].shape[2:]
+        n = len(prefix_k)
+        self._k = prefix_k[0].new_empty((n, b, p + horizon, *tail))
+        self._v = prefix_v[0].new_empty((n, b, p + horizon, *tail))
+        for i in range(n):
+            self._k[i, :, :p] = prefix_k[i]
+            self._v[i, :, :p] = prefix_v[i]
+        self._p = p
+        device = lengths.device
+        self.positions = lengths[:, None] + torch.arange(horizon, device=device)[None, :]
+        s = torch.arange(p + horizon, device=device)
+        keys = (s[None, :] < lengths[:, None]) | (s[None, :] >= p)
+        self.allowed = keys[:, None, :].expand(b, horizon, p + horizon)
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self._k[layer, :, self._p:] = k
+        self._v[layer, :, self._p:] = v
+        return self._k[layer], self._v[layer]
+
+
+def denoise_view(prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int) -> _DenoiseView:
+    """Build the action expert's view over gathered prefix K/V.
+
+    Args:
+        prefix_k, prefix_v: per layer ``[B, P, KVH, D]``; row ``b`` valid in ``[0, lengths[b])``.
+        lengths: ``[B]`` int64 valid prefix length per row.
+        horizon: action chunk length ``H`` (suffix tokens).
+    """
+    return _DenoiseView(prefix_k, prefix_v, lengths, horizon)
+
+
+class DenseKVCache:
+    """Contiguous K/V for ``B`` sequences: ``k[layer]`` is ``[B, capacity, KVH, D]``.
+
+    Used by the single-request reference path; the engine uses the paged pool instead.
+    ``lengths[b]`` is the number of stored tokens of row ``b``.
+    """
+
+    def __init__(self, num_layers: int, batch: int, capacity: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+        shape = (batch, capacity, num_kv_heads, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        self.capacity = capacity
+
+    def _check_room(self, new_lengths: Tensor) -> None:
+        if int(new_lengths.max()) > self.capacity:
+            raise RuntimeError(f"DenseKVCache overflow: need {int(new_lengths.max())} slots, "
+                               f"capacity {self.capacity}")
+
+    def prefill_view(self, valid: Tensor) -> _WriteView:
+        """View for a prefix prefill over ``[B, P]`` tokens (``valid`` bool): bidirectional among
+        valid tokens; valid tokens stored compacted at slots ``0..n_b-1``."""
+        if int(self.lengths.max()) != 0:
+            raise RuntimeError("prefill_view needs an empty cache")
+        positions = prefix_positions(valid)
+        new_lengths = valid.long().sum(-1)
+        self._check_room(new_lengths)
+        allowed = valid[:, None, :].expand(valid.shape[0], valid.shape[1], valid.shape[1])
+        view = _WriteView(self, valid, positions, allowed, 0, return_new=True)
+        self.lengths = new_lengths
+        return view
+
+    def extend_view(self, valid: Tensor) -> _WriteView:
+        """View for appending ``[B, T]`` tokens causally (text decode / prompt extension).
+
+        Query ``t`` of row ``b`` sees stored tokens and new tokens up to itself.
+        """
+        positions = self.lengths[:, None] + valid.long().cumsum(-1) - 1
+        new_lengths = self.lengths + valid.long().sum(-1)
+        self._check_room(new_lengths)
+        read_len = int(new_lengths.max())
+        s = torch.arange(read_len, device=valid.device)
+        allowed = (s[None, None, :] <= positions[:, :, None]) & (s[None, None, :] < new_lengths[:, None, None])
+        view = _WriteView(self, valid, positions.clamp_min(0), allowed, read_len, return_new=False)
+        self.lengths = new_lengths
+        return view
+
+    def denoise_view(self, horizon: int) -> _DenoiseView:
+        """Read-only view of the stored prefix for ``horizon`` action tokens."""
+        p = int(self.lengths.max())
+        return denoise_view([k[:, :p] for k in self.k], [v[:, :p] for v in self.v], self.lengths, horizon)

@@ -1,0 +1,45 @@
+"""SigLIP vision tower (transformers ``SiglipVisionModel``) and the linear projector.
+
+π0.5 uses SigLIP So400m/14 without the pooling head at 224 px: 256 tokens per image, projected
+1152 → VLM width. The image features are NOT rescaled (only text embeddings get ``sqrt(width)``),
+as in openpi's ``embed_prefix`` and big_vision PaliGemma.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+from transformers import SiglipVisionConfig, SiglipVisionModel
+
+from ..config import VisionConfig
+
+
+def build_vision_tower(cfg: VisionConfig) -> SiglipVisionModel:
+    """A randomly initialised transformers ``SiglipVisionModel`` for ``cfg`` (no pooling head)."""
+    hf = SiglipVisionConfig(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        image_size=cfg.image_size,
+        patch_size=cfg.patch_size,
+        layer_norm_eps=cfg.layer_norm_eps,
+        hidden_act="gelu_pytorch_tanh",
+        vision_use_head=False,
+    )
+    hf._attn_implementation = "sdpa"
+    return SiglipVisionModel(hf)
+
+
+class VisionEncoder(nn.Module):
+    """SigLIP tower + ``Linear(vision width, vlm width)`` projector."""
+
+    def __init__(self, cfg: VisionConfig, out_width: int) -> None:
+        super().__init__()
+        self.tower = build_vision_tower(cfg)
+        self.projector = nn.Linear(cfg.hidden_size, out_width, bias=True)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """pixels ``[N, 3, S, S]`` in [-1, 1] → image tokens ``[N, (S/patch)^2, out_width]``."""
+        p = pixels.to(self.tower.dtype if hasattr(self.tower, "dtype") else pixels.dtype)
+        feats = self.tower(pixel_values=p).last_hidden_state
+        return self.projector(feats.to(self.projector.weight.dtype))
