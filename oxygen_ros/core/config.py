@@ -204,5 +204,113 @@ def get_preset(name: str) -> ModelConfig:
     return PRESETS[name]().validate()
 
 
-__all__ = ["IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
+MODES = ("unified", "shared_kv", "isolated")
+BUDGETS = ("fixed", "adaptive")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One language task (DESIGN §5): how its requests are prompted and bounded.
+
+    ``template`` is filled with ``{text}`` (the ask, e.g. a user question) and ``{instruction}``
+    (the current task instruction); the filled text is appended after the shared observation
+    prefix. ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
+    """
+
+    name: str
+    template: str = "{text}"
+    max_new_tokens: int = 30
+    temperature: float = 0.0
+    top_k: int = 0
+    every_n_frames: int = 0
+
+    def validate(self) -> "TaskConfig":
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        o = f"task[{self.name!r}]"
+        _check(bool(self.name) and self.name.replace("_", "").isalnum(), o, "name", self.name,
+               "must be a non-empty identifier")
+        _check(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, o, "max_new_tokens",
+               self.max_new_tokens, "must be an int >= 1")
+        _check(self.temperature >= 0.0 and self.temperature < float("inf"), o, "temperature", self.temperature,
+               "must be a finite number >= 0")
+        _check(self.top_k >= 0, o, "top_k", self.top_k, "must be >= 0")
+        _check(self.every_n_frames >= 0, o, "every_n_frames", self.every_n_frames, "must be >= 0")
+        return self
+
+
+DEFAULT_TASKS: tuple[TaskConfig, ...] = (
+    TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=30),
+    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20,
+               every_n_frames=0),
+)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The unified KV cache engine (DESIGN §4–5).
+
+    Attributes:
+        mode: ``unified`` (shared prefill + cross-frame continuous batching), ``shared_kv`` (shared
+            prefill, each frame's text decoded to completion in that frame) or ``isolated``
+            (openpi-style: every task prefills its own copy; text completed in its frame).
+        decode_budget: ``fixed`` — ``tokens_per_frame`` decode steps per frame; ``adaptive`` — as
+            many steps (``min_decode_steps`` … ``max_decode_steps``) as fit before
+            ``frame_deadline_s`` from measured step costs.
+        tokens_per_frame: k, decode steps per frame in ``fixed`` mode.
+        frame_deadline_s: frame budget in seconds for ``adaptive`` (0 → no deadline: fixed k).
+        block_size: token slots per KV block.
+        kv_blocks: pool size in blocks (0 → from ``kv_memory_mb``, or auto when both are 0: one
+            frame prefix plus ``max_running_requests`` requests of the longest task).
+        kv_memory_mb: pool size as a memory budget (MiB of K+V over all layers).
+        max_running_requests: decode batch cap; further requests wait in the queue.
+        max_queued_requests: queue length; a request beyond it is rejected with a reason.
+        seed: seed of the per-frame flow noise (the same in every mode).
+        num_denoise_steps: S (0 → the model's default).
+    """
+
+    mode: str = "unified"
+    decode_budget: str = "fixed"
+    tokens_per_frame: int = 4
+    min_decode_steps: int = 1
+    max_decode_steps: int = 16
+    frame_deadline_s: float = 0.0
+    block_size: int = 16
+    kv_blocks: int = 0
+    kv_memory_mb: float = 0.0
+    max_running_requests: int = 16
+    max_queued_requests: int = 64
+    seed: int = 0
+    num_denoise_steps: int = 0
+    tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
+
+    def validate(self) -> "EngineConfig":
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        o = "engine"
+        _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
+        _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
+        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 0, o, name, v, "must be an int >= 0")
+        _check(self.min_decode_steps <= self.max_decode_steps, o, "min_decode_steps", self.min_decode_steps,
+               "must be <= max_decode_steps")
+        _check(self.frame_deadline_s >= 0 and self.frame_deadline_s < float("inf"), o, "frame_deadline_s",
+               self.frame_deadline_s, "must be a finite number >= 0")
+        _check(self.kv_memory_mb >= 0 and self.kv_memory_mb < float("inf"), o, "kv_memory_mb", self.kv_memory_mb,
+               "must be a finite number >= 0")
+        names = [t.validate().name for t in self.tasks]
+        _check(len(set(names)) == len(names), o, "tasks", names, "task names must be unique")
+        return self
+
+    def task(self, name: str) -> TaskConfig:
+        """The task named ``name`` (raises ``KeyError`` listing the configured tasks)."""
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
+
+
+__all__ = ["MODES", "BUDGETS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
            "get_preset"]

@@ -71,6 +71,12 @@ class NormStats:
     q01: np.ndarray
     q99: np.ndarray
 
+    @classmethod
+    def identity(cls, dim: int) -> "NormStats":
+        """Stats with q01 = -1, q99 = 1, mean 0, std 1 (random-weight checkpoints)."""
+        return cls(mean=np.zeros(dim, np.float32), std=np.ones(dim, np.float32),
+                   q01=np.full(dim, -1.0, np.float32), q99=np.ones(dim, np.float32))
+
     @property
     def dim(self) -> int:
         """Dimension of the quantity."""

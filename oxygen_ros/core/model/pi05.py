@@ -89,18 +89,19 @@ class Pi05Model(nn.Module):
             out[image_masks] = self.vision(flat).to(self.dtype)
         return out.reshape(b, s * n, -1)
 
-    def embed_prefix(self, pixels: Tensor, image_masks: Tensor, tokens: Tensor,
-                     token_masks: Tensor) -> tuple[Tensor, Tensor]:
+    def embed_prefix(self, pixels: Tensor, image_masks: Tensor, tokens: Tensor, token_masks: Tensor,
+                     image_embeds: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Prefix embeddings ``[images ‖ prompt]``, packed to valid tokens.
 
         Args:
             pixels: ``[B, S, 3, H, W]``; image_masks: ``[B, S]`` bool.
             tokens: ``[B, T]`` int64 prompt ids; token_masks: ``[B, T]`` bool.
+            image_embeds: precomputed :meth:`embed_images` output (skips the vision tower).
 
         Returns:
             (embeddings ``[B, P, vlm_width]``, valid ``[B, P]`` bool), valid tokens first per row.
         """
-        img = self.embed_images(pixels, image_masks)
+        img = self.embed_images(pixels, image_masks) if image_embeds is None else image_embeds
         img_valid = image_masks.to(self.device).repeat_interleave(self.cfg.vision.num_tokens, dim=1)
         txt = self.vlm.embed(tokens.to(self.device)).to(self.dtype)
         emb = torch.cat([img, txt], dim=1)

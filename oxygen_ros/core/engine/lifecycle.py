@@ -1,0 +1,183 @@
+"""Language request lifecycle: creation, prompts, attachment to a prefix, token acceptance,
+finishing, cancellation and rejection — with the per-frame deltas and ended lists.
+
+Every terminal transition releases all of the request's KV references in the same frame.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..cache.block_pool import BlockTable
+from ..detokenize import IncrementalDetokenizer
+from ..model.sampling import SamplingParams
+from ..prompt import format_template
+from ..types import TextDelta
+from .requests import LanguageRequest, RequestResult, RequestStatus
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .runner import FramePrefix
+
+
+class RequestBook:
+    """Owns request state transitions for one :class:`Engine`."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+        self._next_id = 1
+        self._live: dict[int, LanguageRequest] = {}
+        self._deltas: list[TextDelta] = []
+        self._ended: list[RequestResult] = []
+        self.tokens_this_frame = 0
+        self.rejected_total = 0
+        self.failed_total = 0
+
+    # ------------------------------------------------------------------ creation
+    def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
+                    top_k: int | None, seed: int | None, stop_ids: tuple[int, ...]) -> LanguageRequest:
+        """Validate arguments and build a QUEUED request (raises ``KeyError`` / ``ValueError``)."""
+        t = self.engine.cfg.task(task)
+        n = t.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
+        params = SamplingParams(t.temperature if temperature is None else temperature,
+                                t.top_k if top_k is None else top_k, seed).validate()
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        rid = self._next_id
+        self._next_id += 1
+        r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
+                            top_k=params.top_k, seed=seed, stop_ids=tuple(int(s) for s in stop_ids),
+                            t_submit=time.perf_counter())
+        self._live[rid] = r
+        return r
+
+    def is_live(self, rid: int) -> bool:
+        """Whether ``rid`` exists and has not ended."""
+        return rid in self._live
+
+    def enqueue(self, reqs: list[LanguageRequest]) -> None:
+        """Queue new requests; a full queue rejects with a reason."""
+        for r in reqs:
+            reason = self.engine.scheduler.enqueue(r)
+            if reason is not None:
+                self._end(r, RequestStatus.REJECTED, reason)
+
+    def periodic(self, frame_id: int) -> None:
+        """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``."""
+        for t in self.engine.cfg.tasks:
+            if t.every_n_frames and frame_id % t.every_n_frames == 0:
+                self.enqueue([self.new_request(t.name, "", None, None, None, None, ())])
+
+    def prepare_prompts(self, instruction: str) -> None:
+        """Fill the template of each queued request with the current instruction and tokenize it;
+        a template or prompt error rejects that request with the reason."""
+        sched = self.engine.scheduler
+        tok = self.engine.policy.prompt
+        keep = []
+        for r in list(sched.queue):
+            try:
+                r.prompt = format_template(self.engine.cfg.task(r.task).template, text=r.text,
+                                           instruction=instruction)
+                r.prompt_ids = tok.tokenize_continuation(r.prompt) if r.prompt else []
+                keep.append(r)
+            except (KeyError, ValueError) as e:
+                self._end(r, RequestStatus.REJECTED, f"bad prompt: {e}")
+        sched.queue.clear()
+        sched.queue.extend(keep)
+
+    def rejected(self, reqs: list[LanguageRequest]) -> None:
+        """Record requests the scheduler rejected (status and reason already set)."""
+        for r in reqs:
+            self._end(r, RequestStatus.REJECTED, r.reason)
+
+    def attach(self, r: LanguageRequest, prefix: "FramePrefix", shared: bool) -> None:
+        """Start ``r`` on ``prefix``: take a reference (shared) or own it (private copy), reserve
+        its own blocks for prompt + ``max_new_tokens``."""
+        pool = self.engine.pool.blocks
+        if shared:
+            pool.incref(prefix.blocks)
+        table = BlockTable(pool)
+        table.reserve(len(r.prompt_ids) + r.max_new_tokens)
+        r.runtime.update(prefix=prefix, table=table,
+                         detok=IncrementalDetokenizer(self.engine.policy.tokenizer),
+                         generator=torch.Generator().manual_seed(r.seed) if r.seed is not None else None)
+        r.frame_id = prefix.frame_id
+        r.status = RequestStatus.RUNNING
+        self.engine.scheduler.running.append(r)
+
+    # ------------------------------------------------------------------ tokens
+    def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:
+        """Apply one sampled token per request: emit a delta, or finish on EOS/stop/length, or fail
+        on a non-finite distribution."""
+        eos = self.engine.policy.eos_id
+        now = time.perf_counter()
+        for r, t, ok in zip(reqs, toks, oks):
+            if r.status != RequestStatus.RUNNING:
+                continue
+            if not ok:
+                self.failed_total += 1
+                self._end(r, RequestStatus.FAILED, "non-finite token distribution")
+                continue
+            if r.t_first_token is None:
+                r.t_first_token = now
+            if t == eos or t in r.stop_ids:
+                self._finish(r, "eos" if t == eos else "stop")
+                continue
+            r.output_ids.append(t)
+            self.tokens_this_frame += 1
+            piece = r.runtime["detok"].push(t)
+            if piece:
+                r.output_text += piece
+                self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
+            if len(r.output_ids) >= r.max_new_tokens:
+                self._finish(r, "length")
+            else:
+                r.pending = t
+
+    def _finish(self, r: LanguageRequest, reason: str) -> None:
+        rest = r.runtime["detok"].flush()
+        r.output_text += rest
+        self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
+        self._end(r, RequestStatus.FINISHED, reason)
+
+    def cancel(self, ids: set[int]) -> None:
+        """Cancel queued or running requests by id (no further deltas)."""
+        if not ids:
+            return
+        sched = self.engine.scheduler
+        for r in [r for r in sched.queue if r.id in ids]:
+            sched.queue.remove(r)
+            self._end(r, RequestStatus.CANCELLED, "cancelled")
+        for r in sched.running:
+            if r.id in ids and r.status == RequestStatus.RUNNING:
+                self._end(r, RequestStatus.CANCELLED, "cancelled")
+
+    def _end(self, r: LanguageRequest, status: RequestStatus, reason: str) -> None:
+        r.status = status
+        r.reason = reason
+        r.t_done = time.perf_counter()
+        r.pending = -1
+        if status == RequestStatus.REJECTED:
+            self.rejected_total += 1
+        rt = r.runtime
+        if "table" in rt:
+            fence = self.engine.streams.fence()
+            rt.pop("table").release(fence)
+            self.engine.pool.blocks.free(rt.pop("prefix").blocks, fence)
+        rt.clear()
+        self._live.pop(r.id, None)
+        self._ended.append(RequestResult.of(r))
+
+    # ------------------------------------------------------------------ frames
+    def begin_frame(self) -> None:
+        """Reset the per-frame outputs."""
+        self._deltas, self._ended, self.tokens_this_frame = [], [], 0
+
+    def end_frame(self) -> tuple[list[TextDelta], list[RequestResult]]:
+        """This frame's deltas and ended requests."""
+        return self._deltas, self._ended

@@ -1,0 +1,110 @@
+"""Language request state and the per-frame results the engine returns (plain Python)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from ..types import ActionChunk, FrameMetrics, TextDelta
+
+
+class RequestStatus(IntEnum):
+    """Lifecycle of a language request; the order is the order of progress.
+
+    QUEUED → RUNNING → one terminal state (FINISHED, CANCELLED, REJECTED, FAILED).
+    """
+
+    QUEUED = 0
+    RUNNING = 1
+    FINISHED = 2
+    CANCELLED = 3
+    REJECTED = 4
+    FAILED = 5
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the request is over (its blocks are released)."""
+        return self >= RequestStatus.FINISHED
+
+
+@dataclass
+class LanguageRequest:
+    """One language request (conversation answer, memory note …).
+
+    Attributes:
+        id: engine-unique id; task: task name; text: the ask (may be empty).
+        prompt: the filled template appended after the frame prefix (set at admission).
+        prompt_ids: its token ids (no BOS).
+        max_new_tokens: token budget; stop_ids: ids that end the request (EOS always does).
+        frame_id: the control frame whose prefix it continues (set at admission).
+        output_ids: generated tokens so far (stop token excluded).
+        pending: the last sampled token, not yet fed to the model (-1 when none).
+        reason: finish / reject / failure reason text.
+        runtime: engine-private handles (block tables, detokenizer, RNG) — not part of the API.
+    """
+
+    id: int
+    task: str
+    text: str
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_ids: tuple[int, ...] = ()
+    status: RequestStatus = RequestStatus.QUEUED
+    prompt: str = ""
+    prompt_ids: list[int] = field(default_factory=list)
+    frame_id: int = -1
+    output_ids: list[int] = field(default_factory=list)
+    output_text: str = ""
+    pending: int = -1
+    reason: str = ""
+    cancel_requested: bool = False
+    t_submit: float = 0.0
+    t_first_token: float | None = None
+    t_done: float | None = None
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remaining(self) -> int:
+        """Tokens it may still emit."""
+        return self.max_new_tokens - len(self.output_ids)
+
+
+@dataclass
+class RequestResult:
+    """A request that ended this frame (finished, cancelled, rejected or failed)."""
+
+    id: int
+    task: str
+    status: RequestStatus
+    reason: str
+    text: str
+    token_ids: list[int]
+    frame_id: int
+    time_to_first_token: float | None
+    latency: float | None
+
+    @classmethod
+    def of(cls, r: LanguageRequest) -> "RequestResult":
+        """Snapshot of a terminal request."""
+        ttft = None if r.t_first_token is None else r.t_first_token - r.t_submit
+        lat = None if r.t_done is None else r.t_done - r.t_submit
+        return cls(r.id, r.task, r.status, r.reason, r.output_text, list(r.output_ids), r.frame_id, ttft, lat)
+
+
+@dataclass
+class FrameResult:
+    """Everything one control frame produced.
+
+    ``action`` is ``None`` only when no observation was available or the frame's input was bad
+    (``error`` says why); language work still advances in such a frame.
+    """
+
+    frame_id: int
+    action: ActionChunk | None
+    deltas: list[TextDelta]
+    ended: list[RequestResult]
+    metrics: FrameMetrics
+    error: str | None = None

@@ -1,0 +1,140 @@
+"""Turns the engine's plans into tensor work on the paged K/V pool.
+
+Prefill of a frame prefix into pool blocks, the action path over the read-only prefix, the
+prompt extension of newly admitted language requests, and one batched decode step over any set of
+requests — each row at its own position and length, reading its own block tables (no K/V is
+copied when requests join or leave a batch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..cache.block_pool import BlockTable
+from ..cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView, paged_denoise_view
+from ..model.sampling import SamplingParams, sample_rows
+from ..policy import EncodedObservation, Pi05Policy
+from .requests import LanguageRequest
+from .streams import DeviceStreams
+
+
+@dataclass
+class FramePrefix:
+    """A prefilled observation prefix held in pool blocks.
+
+    ``blocks`` carry one reference for the frame itself plus one per language request using it.
+    ``slots[i]`` is the pool slot of the token at position ``i``; ``last_hidden`` is ``[1, W]``.
+    """
+
+    frame_id: int
+    blocks: list[int]
+    slots: list[int]
+    last_hidden: torch.Tensor
+    stage_times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        """Valid prefix tokens."""
+        return len(self.slots)
+
+
+class Runner:
+    """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
+
+    def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams) -> None:
+        self.policy = policy
+        self.model = policy.model
+        self.pool = pool
+        self.streams = streams
+
+    # ------------------------------------------------------------------ prefix
+    @torch.inference_mode()
+    def prefill(self, enc: EncodedObservation, frame_id: int, table: BlockTable) -> FramePrefix:
+        """Prefill ``enc`` into ``table`` (which must be empty; blocks are allocated here).
+
+        Raises:
+            PoolExhausted: not enough free blocks (the scheduler's reserve prevents this).
+        """
+        m = self.model
+        t0 = time.perf_counter()
+        img = m.embed_images(enc.pixels, enc.image_masks)
+        self.streams.sync()
+        t1 = time.perf_counter()
+        emb, valid = m.embed_prefix(enc.pixels, enc.image_masks, enc.tokens, enc.token_masks, image_embeds=img)
+        slots = table.append(int(valid.sum()))
+        hidden = m.prefill(emb, valid, PagedPrefillView(self.pool, valid, [slots]))
+        self.streams.sync()
+        t2 = time.perf_counter()
+        return FramePrefix(frame_id, list(table.blocks), list(slots), hidden,
+                           {"vision": t1 - t0, "prefill": t2 - t1})
+
+    # ------------------------------------------------------------------ actions
+    @torch.inference_mode()
+    def actions(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> np.ndarray:
+        """Action chunk ``[H, robot_dim]`` (robot units) over the read-only prefix.
+
+        Raises:
+            NonFiniteActionError: the model produced NaN/inf.
+        """
+        view = paged_denoise_view(self.pool, [prefix.slots], self.model.cfg.action_horizon)
+        x = self.model.sample_actions(view, noise.to(self.model.device), num_steps)
+        return self.policy.normalizer.unnormalize_actions(x[0].float().cpu().numpy())
+
+    # ------------------------------------------------------------------ text
+    @staticmethod
+    def _past(r: LanguageRequest) -> list[int]:
+        return r.runtime["prefix"].slots + r.runtime["table"].slots
+
+    def _sample(self, reqs: list[LanguageRequest], logits: torch.Tensor) -> tuple[list[int], list[bool]]:
+        params = [SamplingParams(r.temperature, r.top_k, r.seed) for r in reqs]
+        gens = [r.runtime.get("generator") for r in reqs]
+        return sample_rows(logits, params, gens)
+
+    @torch.inference_mode()
+    def start(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
+        """First token of newly admitted requests (each with ``runtime['prefix']`` and an own
+        ``runtime['table']`` already reserved).
+
+        Requests with prompt ids run one batched causal extension over their prefix; the others
+        take the LM head of their prefix's last valid hidden state (no forward).
+        """
+        toks: dict[int, int] = {}
+        oks: dict[int, bool] = {}
+        with_prompt = [r for r in reqs if r.prompt_ids]
+        without = [r for r in reqs if not r.prompt_ids]
+        if with_prompt:
+            width = max(len(r.prompt_ids) for r in with_prompt)
+            ids = torch.zeros(len(with_prompt), width, dtype=torch.long)
+            valid = torch.zeros(len(with_prompt), width, dtype=torch.bool)
+            past, new = [], []
+            for i, r in enumerate(with_prompt):
+                ids[i, : len(r.prompt_ids)] = torch.as_tensor(r.prompt_ids)
+                valid[i, : len(r.prompt_ids)] = True
+                past.append(self._past(r))
+                new.append(r.runtime["table"].append(len(r.prompt_ids)))
+            view = PagedExtendView(self.pool, past, new, valid)
+            logits = self.model.decode_step(view, ids, valid.to(self.model.device))
+            t, ok = self._sample(with_prompt, logits)
+            for r, ti, oi in zip(with_prompt, t, ok):
+                toks[r.id], oks[r.id] = ti, oi
+        if without:
+            hidden = torch.cat([r.runtime["prefix"].last_hidden for r in without], 0)
+            t, ok = self._sample(without, self.model.logits(hidden))
+            for r, ti, oi in zip(without, t, ok):
+                toks[r.id], oks[r.id] = ti, oi
+        return [toks[r.id] for r in reqs], [oks[r.id] for r in reqs]
+
+    @torch.inference_mode()
+    def decode(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
+        """One batched decode step: feed each request's pending token, sample the next."""
+        ids = torch.as_tensor([[r.pending] for r in reqs], dtype=torch.long)
+        valid = torch.ones(len(reqs), 1, dtype=torch.bool)
+        past = [self._past(r) for r in reqs]
+        new = [r.runtime["table"].append(1) for r in reqs]
+        view = PagedExtendView(self.pool, past, new, valid)
+        logits = self.model.decode_step(view, ids, valid.to(self.model.device))
+        return self._sample(reqs, logits)

@@ -1,0 +1,31 @@
+"""ament_python build of oxygen_ros (also a plain pip-installable package)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "oxygen_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="oxygen_ros developers",
+    maintainer_email="dev@oxygen-ros.invalid",
+    description="π0.5 VLA on ROS 2 with unified KV cache management (OxyGen)",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [
+            "oxygen_demo = oxygen_ros.tools.demo:main",
+        ],
+    },
+)
