@@ -89,7 +89,7 @@ class Pi05Policy:
         Raises:
             CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset.
         """
-        from .model.weights import load_pretrained, random_pretrained
+        from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -100,9 +100,9 @@ class Pi05Policy:
         else:
             cfg = get_preset(str(path_or_preset))
             model = random_pretrained(cfg, seed=seed)
-            if dtype is None:
-                dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-            model = model.to(device=device, dtype=dtype)
+            for name, p in model.named_parameters():
+                p.data = p.data.to(device=device, dtype=target_dtype(name, device, dtype))
+            rebuild_buffers(model, device)
             tok = build_tokenizer(cfg.vocab_size)
             stats = {"state": NormStats.identity(robot_dim), "actions": NormStats.identity(robot_dim)}
         return cls(model, tok, stats, prompt_overflow=prompt_overflow)

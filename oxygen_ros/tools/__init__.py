@@ -1,0 +1,1 @@
+"""Command-line tools: sample-bag recording, simulation, replay, benchmarks."""

@@ -1,0 +1,331 @@
+"""Headless ALOHA bimanual simulation (gym-aloha's MuJoCo transfer-cube scene) and a scripted motion.
+
+The scene is built from gym-aloha's MJCF and task classes (``gym_aloha.tasks.sim.TransferCubeTask``)
+through dm_control, but without gym-aloha's per-step 480x640 renders of three cameras: this wrapper
+renders only the cameras asked for, at a small size, and only when asked (``render()``). Nothing here
+knows about ROS or bags; ``record_sim_bag`` (and later a live sim node) build on it.
+
+Joint vector (14, ALOHA order, see ``JOINT_NAMES``): per arm waist, shoulder, elbow, forearm_roll,
+wrist_angle, wrist_rotate in radians, then the gripper as gym-aloha's *normalised* finger opening
+(0 = closed, 1 = open; the finger limits make a gripper read about 0.06 fully closed and 0.97
+fully open, about 0.6 closed on the 4 cm cube). Commands use the same units; all joints are
+position-controlled by the sim's actuators.
+
+Cameras (names from the MJCF; ``CAMERA_SLOTS`` maps them to the π0.5 image slots):
+``top`` (fixed, above the table looking down) -> ``base_0_rgb``; ``left_wrist`` / ``right_wrist``
+(mounted on each gripper link, behind and above the fingers, narrow 20° field of view, looking
+along the fingers) -> ``left_wrist_0_rgb`` / ``right_wrist_0_rgb``. Other cameras in the MJCF:
+``left_pillar``, ``right_pillar``, ``angle``, ``front_close``.
+
+MuJoCo renders through ``MUJOCO_GL`` (defaulted to ``egl``, which works headless on CPU).
+``mujoco``/``gym_aloha``/``dm_control`` are imported only when a ``SimScene`` is created.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_ARM_JOINTS = ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate")
+JOINT_NAMES: tuple[str, ...] = tuple(
+    f"{side}_{joint}" for side in ("left", "right") for joint in (*_ARM_JOINTS, "gripper")
+)
+"""The 14 joint names in ALOHA order (left arm 6 + left gripper, right arm 6 + right gripper)."""
+
+CONTROL_RATE_HZ = 50.0
+"""gym-aloha's control rate (``DT = 0.02`` s; 10 physics steps of 2 ms per control step)."""
+
+CAMERA_SLOTS: dict[str, str] = {
+    "base_0_rgb": "top",
+    "left_wrist_0_rgb": "left_wrist",
+    "right_wrist_0_rgb": "right_wrist",
+}
+"""π0.5 image slot -> MJCF camera name."""
+
+DEFAULT_CAMERAS: tuple[str, ...] = tuple(CAMERA_SLOTS.values())
+DEFAULT_IMAGE_SIZE: tuple[int, int] = (240, 320)
+"""Default render size as (height, width): the real ALOHA cameras' 3:4 aspect at half of 480x640."""
+
+_CUBE_REST_Z = 0.02  # cube centre height when resting on the table (4 cm cube), metres
+GRIPPER_OPEN = 1.0
+GRIPPER_CLOSED = 0.0
+
+
+def _make_task_class() -> type:
+    """gym-aloha's transfer-cube task with an observation that renders nothing (renders are ours)."""
+    from gym_aloha.tasks.sim import TransferCubeTask
+
+    class _NoRenderTransferCube(TransferCubeTask):  # type: ignore[misc, valid-type]
+        def get_observation(self, physics: Any) -> collections.OrderedDict:
+            obs = collections.OrderedDict()
+            obs["qpos"] = self.get_qpos(physics)
+            obs["qvel"] = self.get_qvel(physics)
+            return obs
+
+    return _NoRenderTransferCube
+
+
+class SimScene:
+    """The gym-aloha transfer-cube scene: a red 4 cm cube on the table between two ViperX arms.
+
+    Args:
+        cameras: MJCF camera names rendered by ``render()``, in order.
+        image_size: render size ``(height, width)`` in pixels (at most 480x640, the MJCF's
+            offscreen buffer).
+        control_rate_hz: control rate; ``1/control_rate_hz`` must be a whole number of the
+            2 ms physics steps (50 Hz is gym-aloha's).
+
+    Raises:
+        ImportError: mujoco / gym-aloha / dm_control are not installed.
+        ValueError: unknown camera, bad image size or control rate.
+    """
+
+    def __init__(
+        self,
+        cameras: Sequence[str] = DEFAULT_CAMERAS,
+        image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+        control_rate_hz: float = CONTROL_RATE_HZ,
+    ) -> None:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        from dm_control import mujoco as dm_mujoco
+        from dm_control.rl import control
+        from gym_aloha.constants import ASSETS_DIR
+
+        physics = dm_mujoco.Physics.from_xml_path(str(ASSETS_DIR / "bimanual_viperx_transfer_cube.xml"))
+        substeps = 1.0 / (control_rate_hz * physics.model.opt.timestep) if control_rate_hz > 0 else 0.5
+        if abs(substeps - round(substeps)) > 1e-6 or round(substeps) < 1:
+            raise ValueError(
+                f"control rate {control_rate_hz} Hz is not a whole number of "
+                f"{physics.model.opt.timestep * 1e3:g} ms physics steps"
+            )
+        known = {physics.model.id2name(i, "camera") for i in range(physics.model.ncam)}
+        unknown = [c for c in cameras if c not in known]
+        if unknown:
+            raise ValueError(f"unknown camera(s) {unknown}; the MJCF has {sorted(known)}")
+        height, width = (int(v) for v in image_size)
+        glob = physics.model.vis.global_
+        if not (0 < height <= glob.offheight and 0 < width <= glob.offwidth):
+            raise ValueError(f"image size {height}x{width} outside 1..{glob.offheight}x{glob.offwidth}")
+        self.cameras: tuple[str, ...] = tuple(cameras)
+        self.image_size = (height, width)
+        self.control_rate_hz = float(control_rate_hz)
+        self.all_cameras: tuple[str, ...] = tuple(sorted(known))
+        self._env = control.Environment(
+            physics,
+            _make_task_class()(),
+            time_limit=float("inf"),
+            control_timestep=1.0 / control_rate_hz,
+            flat_observation=False,
+        )
+        self._obs: dict[str, np.ndarray] | None = None
+        self._steps = 0
+
+    @property
+    def physics(self) -> Any:
+        """The dm_control ``Physics`` (``.model.ptr`` / ``.data.ptr`` are the raw MuJoCo structs)."""
+        return self._env.physics
+
+    @property
+    def time(self) -> float:
+        """Seconds of simulated time since the last ``reset`` (control steps / control rate)."""
+        return self._steps / self.control_rate_hz
+
+    def reset(self, seed: int = 0) -> np.ndarray:
+        """Place the arms at gym-aloha's start pose and the cube at its seeded random pose.
+
+        Args:
+            seed: cube placement seed (gym-aloha's ``sample_box_pose``: x in [0, 0.2] m,
+                y in [0.4, 0.6] m on the table).
+
+        Returns:
+            ``[14]`` float64 joint positions (see module docstring for units).
+        """
+        from gym_aloha.tasks.sim import BOX_POSE
+        from gym_aloha.utils import sample_box_pose
+
+        BOX_POSE[0] = sample_box_pose(seed)  # gym-aloha's task reads this global on reset
+        self._obs = dict(self._env.reset().observation)
+        self._steps = 0
+        return self.joint_positions()
+
+    def step(self, command: np.ndarray) -> np.ndarray:
+        """Apply a 14-D joint command for one control period and advance the physics.
+
+        Args:
+            command: ``[14]`` joint position targets, ALOHA order (radians; grippers normalised
+                0 = closed .. 1 = open). Values outside the actuator ranges are clipped by MuJoCo.
+
+        Returns:
+            ``[14]`` joint positions after the step.
+
+        Raises:
+            RuntimeError: ``reset`` was never called.
+            ValueError: the command is not 14 finite numbers.
+        """
+        if self._obs is None:
+            raise RuntimeError("SimScene.step() before reset()")
+        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+        if cmd.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(cmd)):
+            raise ValueError(f"command must be {len(JOINT_NAMES)} finite values, got {command!r}")
+        self._obs = dict(self._env.step(cmd).observation)
+        self._steps += 1
+        return self.joint_positions()
+
+    def joint_positions(self) -> np.ndarray:
+        """``[14]`` float64 joint positions (radians; grippers normalised opening)."""
+        if self._obs is None:
+            raise RuntimeError("SimScene used before reset()")
+        return np.array(self._obs["qpos"], dtype=np.float64)
+
+    def joint_velocities(self) -> np.ndarray:
+        """``[14]`` float64 joint velocities (rad/s; grippers in normalised opening per second)."""
+        if self._obs is None:
+            raise RuntimeError("SimScene used before reset()")
+        return np.array(self._obs["qvel"], dtype=np.float64)
+
+    @property
+    def cube_position(self) -> np.ndarray:
+        """``[3]`` world position of the cube centre in metres (z up, table top at z = 0)."""
+        return np.array(self.physics.named.data.xpos["box"], dtype=np.float64)
+
+    def render(self) -> dict[str, np.ndarray]:
+        """Render every configured camera.
+
+        Returns:
+            camera name -> uint8 ``[height, width, 3]`` RGB image (C-contiguous).
+        """
+        h, w = self.image_size
+        return {
+            cam: np.ascontiguousarray(self.physics.render(height=h, width=w, camera_id=cam))
+            for cam in self.cameras
+        }
+
+    def close(self) -> None:
+        """Free the MuJoCo data and rendering contexts now (the scene is unusable afterwards)."""
+        self._obs = None
+        self._env.physics.free()
+
+
+class _ArmIK:
+    """Damped-least-squares IK of one arm over waist, shoulder, elbow, wrist_angle.
+
+    forearm_roll and wrist_rotate stay 0, so the gripper's fingers stay in the arm's vertical plane.
+    The controlled point is between the finger pads (``GRASP_OFFSET`` along the gripper link's x).
+    """
+
+    GRASP_OFFSET = 0.11  # metres from the gripper link origin along its x axis (finger pads)
+    IK_JOINTS = (0, 1, 2, 4)  # indices into _ARM_JOINTS
+
+    def __init__(self, model: Any, side: str) -> None:
+        import mujoco
+
+        self._mj = mujoco
+        self._model = model
+        self._data = mujoco.MjData(model)
+        self._body = model.body(f"vx300s_{side}/gripper_link").id
+        joints = [model.joint(f"vx300s_{side}/{name}") for name in _ARM_JOINTS]
+        self._qadr = np.array([int(j.qposadr[0]) for j in joints])
+        self._dadr = np.array([int(j.dofadr[0]) for j in joints])
+        self._lo = np.array([j.range[0] for j in joints])
+        self._hi = np.array([j.range[1] for j in joints])
+
+    def solve(self, target: np.ndarray, q_init: np.ndarray) -> np.ndarray:
+        """Arm joints ``[6]`` (radians) putting the grasp point at ``target`` ``[3]`` (metres), gripper
+        pointing straight down, starting from ``q_init`` ``[6]``.
+
+        Best effort: the closest reachable solution after a fixed number of iterations is returned.
+        """
+        mj, m, d = self._mj, self._model, self._data
+        q = np.array(q_init, dtype=np.float64)
+        q[[3, 5]] = 0.0
+        cols = self._dadr[list(self.IK_JOINTS)]
+        jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+        for _ in range(300):
+            d.qpos[self._qadr] = q
+            mj.mj_kinematics(m, d)
+            mj.mj_comPos(m, d)
+            rot = d.xmat[self._body].reshape(3, 3)
+            point = d.xpos[self._body] + self.GRASP_OFFSET * rot[:, 0]
+            mj.mj_jac(m, d, jacp, jacr, point, self._body)
+            # position error, and the approach axis (gripper x) turned toward -z (weighted m/rad)
+            e = np.concatenate([target - point, 0.3 * np.cross(rot[:, 0], [0.0, 0.0, -1.0])])
+            j = np.vstack([jacp[:, cols], 0.3 * jacr[:, cols]])
+            if np.linalg.norm(e) < 1e-5:
+                break
+            dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(j.shape[0]), e)
+            q[list(self.IK_JOINTS)] += np.clip(dq, -0.2, 0.2)
+            q = np.clip(q, self._lo, self._hi)
+        return q
+
+
+def _smoothstep(x: float) -> float:
+    """Minimum-jerk blend 0 -> 1 on x in [0, 1]."""
+    x = min(max(x, 0.0), 1.0)
+    return x * x * x * (10.0 + x * (6.0 * x - 15.0))
+
+
+class ScriptedPickLift:
+    """Joint-space script: both arms reach toward the cube, the right arm grasps and lifts it.
+
+    Key poses are solved by IK once, from the arm pose and cube position at construction;
+    commands between them follow minimum-jerk joint interpolation. Timeline (seconds): 0-3 both
+    arms reach (right above the cube, left hovering beside it; grippers point down with fingers
+    square to the cube), 3-4.5 right descends, 4.5-5.3 right gripper closes, 5.3-7 lift, 7-8.8
+    carry toward the table centre while the left arm comes to meet it, 8.8-9.6 left gripper closes,
+    then hold (``duration`` = 10 s). Lifts the cube for every seed tried (0-39).
+
+    Args:
+        scene: a scene right after ``reset`` (arms at the start pose; the script starts there).
+    """
+
+    def __init__(self, scene: SimScene) -> None:
+        q0 = scene.joint_positions()
+        cube = scene.cube_position
+        cube[2] = _CUBE_REST_Z  # reset drops the cube from z = 0.05 m; it settles within 0.5 s
+        model = scene.physics.model.ptr
+        left, right = _ArmIK(model, "left"), _ArmIK(model, "right")
+        ql0, qr0 = q0[0:6], q0[7:13]
+        up = np.array([0.0, 0.0, 1.0])
+        meet = np.array([-0.02, 0.5, 0.22])
+        r_above = right.solve(cube + 0.15 * up, qr0)
+        r_grasp = right.solve(cube + 0.025 * up, r_above)
+        r_lift = right.solve(cube + 0.2 * up, r_grasp)
+        r_meet = right.solve(meet + np.array([0.04, 0.0, 0.0]), r_lift)
+        l_hover = left.solve(cube + np.array([-0.12, 0.0, 0.18]), ql0)
+        l_meet = left.solve(meet + np.array([-0.06, 0.0, 0.0]), l_hover)
+        # Pointing down, wrist_rotate = waist turns the fingers back parallel to the table axes, i.e.
+        # square to the faces of the (unrotated) cube.
+        for q in (r_above, r_grasp, r_lift, r_meet, l_hover, l_meet):
+            q[5] = q[0]
+        o, c = GRIPPER_OPEN, GRIPPER_CLOSED
+        # (time s, left arm [6], left gripper, right arm [6], right gripper)
+        self._keys: list[tuple[float, np.ndarray]] = [
+            (0.0, self._cmd(ql0, q0[6], qr0, q0[13])),
+            (3.0, self._cmd(l_hover, o, r_above, o)),
+            (4.5, self._cmd(l_hover, o, r_grasp, o)),
+            (5.3, self._cmd(l_hover, o, r_grasp, c)),
+            (7.0, self._cmd(l_hover, o, r_lift, c)),
+            (8.8, self._cmd(l_meet, o, r_meet, c)),
+            (9.6, self._cmd(l_meet, c, r_meet, c)),
+            (10.0, self._cmd(l_meet, c, r_meet, c)),
+        ]
+        self.duration: float = self._keys[-1][0]
+
+    @staticmethod
+    def _cmd(ql: np.ndarray, gl: float, qr: np.ndarray, gr: float) -> np.ndarray:
+        return np.concatenate([ql, [gl], qr, [gr]]).astype(np.float64)
+
+    def __call__(self, t: float) -> np.ndarray:
+        """``[14]`` joint command at time ``t`` seconds after reset (held after ``duration``)."""
+        keys = self._keys
+        if t <= keys[0][0]:
+            return keys[0][1].copy()
+        for (t0, a), (t1, b) in itertools.pairwise(keys):
+            if t < t1:
+                return a + (b - a) * _smoothstep((t - t0) / (t1 - t0))
+        return keys[-1][1].copy()

@@ -1,0 +1,78 @@
+"""Scheduler: admission control, queue bounds, FIFO, decode budget (pure Python)."""
+
+from oxygen_ros.core.cache.block_pool import BlockPool
+from oxygen_ros.core.config import EngineConfig
+from oxygen_ros.core.engine.requests import LanguageRequest, RequestStatus
+from oxygen_ros.core.engine.scheduler import Scheduler, StepCostModel
+
+
+def _req(i, prompt=3, max_new=10):
+    r = LanguageRequest(id=i, task="conversation", text="", max_new_tokens=max_new)
+    r.prompt_ids = list(range(prompt))
+    return r
+
+
+def test_admits_while_reserve_kept_and_rejects_impossible():
+    pool = BlockPool(20, 4)
+    s = Scheduler(EngineConfig(max_running_requests=8), pool, max_prefix_tokens=16)  # reserve 4 blocks
+    assert s.usable_blocks == 16
+    pool.allocate(4)  # this frame's prefix
+    for i, n in enumerate([5, 5, 60]):
+        s.enqueue(_req(i, prompt=3, max_new=n))  # 2, 2, 16 blocks
+    admitted, rejected = s.admit(prefix_tokens=16)
+    assert [r.id for r in admitted] == [0, 1]
+    assert rejected == [] and [r.id for r in s.queue] == [2]  # 16 blocks fit the pool but not now
+    huge = _req(9, max_new=100)
+    s.queue.appendleft(huge)
+    admitted, rejected = s.admit(prefix_tokens=16)
+    assert rejected == [huge] and huge.status == RequestStatus.REJECTED
+    assert "needs 26 KV blocks" in huge.reason and "16 usable" in huge.reason
+
+
+def test_fifo_blocks_later_requests_and_running_cap():
+    pool = BlockPool(40, 4)
+    s = Scheduler(EngineConfig(max_running_requests=2), pool, max_prefix_tokens=4)
+    for i in range(4):
+        s.enqueue(_req(i))
+    admitted, _ = s.admit(4)
+    assert [r.id for r in admitted] == [0, 1] and len(s.queue) == 2
+
+
+def test_queue_full_reason():
+    s = Scheduler(EngineConfig(max_queued_requests=1), BlockPool(10, 4), 4)
+    assert s.enqueue(_req(0)) is None
+    assert "queue full" in s.enqueue(_req(1))
+
+
+def test_isolated_needs_a_prefix_copy():
+    pool = BlockPool(100, 4)
+    s_iso = Scheduler(EngineConfig(mode="isolated"), pool, 16)
+    s_uni = Scheduler(EngineConfig(mode="unified"), pool, 16)
+    r = _req(0, prompt=3, max_new=5)
+    assert s_uni.need_blocks(r, 10) == 2
+    assert s_iso.need_blocks(r, 10) == 3 + 2
+
+
+def test_decode_budget_fixed_and_adaptive():
+    pool = BlockPool(10, 4)
+    fixed = Scheduler(EngineConfig(tokens_per_frame=3), pool, 4)
+    assert fixed.decode_steps(0.001) == 3
+    cfg = EngineConfig(decode_budget="adaptive", frame_deadline_s=0.1, min_decode_steps=1, max_decode_steps=8)
+    s = Scheduler(cfg, pool, 4)
+    s.running = [_req(0)]
+    s.running[0].status = RequestStatus.RUNNING
+    assert s.decode_steps(0.05) == 1  # no measurement yet
+    s.costs.update(1, 0.01)
+    assert s.decode_steps(0.05) == 5
+    assert s.decode_steps(1.0) == 8
+    assert s.decode_steps(-0.2) == 1
+
+
+def test_step_cost_model_estimates():
+    c = StepCostModel(alpha=0.5)
+    assert c.estimate(4) is None
+    c.update(2, 0.02)
+    c.update(2, 0.04)
+    assert abs(c.estimate(2) - 0.03) < 1e-12
+    assert c.estimate(1) == c.estimate(2)  # closest larger measured batch
+    assert abs(c.estimate(4) - 0.06) < 1e-12  # linear beyond the largest measurement
