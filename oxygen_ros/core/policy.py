@@ -76,7 +76,8 @@ class Pi05Policy:
     @classmethod
     def from_pretrained(cls, path_or_preset: str | os.PathLike, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, *, seed: int = 0, robot_dim: int = 14,
-                        prompt_overflow: str = "error") -> "Pi05Policy":
+                        prompt_overflow: str = "error",
+                        config_overrides: dict | None = None) -> "Pi05Policy":
         """Load a checkpoint folder (openpi or LeRobot layout) or build a random-weight preset.
 
         Args:
@@ -85,20 +86,27 @@ class Pi05Policy:
                 identity normalisation of ``robot_dim`` state/action dims.
             device: default CUDA if available else CPU.
             dtype: default bf16 on CUDA, fp32 on CPU.
+            config_overrides: top-level :class:`ModelConfig` fields to change in a preset before
+                its weights are built (e.g. ``{"action_horizon": 10}``); presets only.
 
         Raises:
-            CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset.
+            CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset or
+                a bad override; ValueError: ``config_overrides`` with a checkpoint folder.
         """
         from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if os.path.isdir(str(path_or_preset)):
+            if config_overrides:
+                raise ValueError("config_overrides applies to presets only, not to checkpoint folders")
             model, _cfg, stats, _meta = load_pretrained(path_or_preset, device=device, dtype=dtype)
             from .tokenizer import load_tokenizer
             tok = load_tokenizer(path_or_preset)
         else:
             cfg = get_preset(str(path_or_preset))
+            if config_overrides:
+                cfg = cfg.replace(**config_overrides)
             model = random_pretrained(cfg, seed=seed)
             for name, p in model.named_parameters():
                 p.data = p.data.to(device=device, dtype=target_dtype(name, device, dtype))
@@ -183,6 +191,8 @@ class Pi05Policy:
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+        if greedy and sampling is not None and sampling.temperature > 0:
+            raise ValueError("generate_text: greedy=True contradicts sampling.temperature > 0; pass greedy=False")
         params = (sampling or SamplingParams()).validate() if not greedy else SamplingParams()
         gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         enc = self.encode_observation(observation)

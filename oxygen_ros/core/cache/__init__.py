@@ -1,0 +1,1 @@
+"""Paged K/V cache: block pool bookkeeping (pure Python) and the K/V tensor pool."""

@@ -1,0 +1,1 @@
+"""Engine: language requests, scheduler (pure Python), runner (tensors) and the engine facade."""
