@@ -6,6 +6,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
+COLCON_VENV ?= .venv-colcon
 ROS_FROM_APT ?= 0
 WITH_SIM ?= 1
 PYTEST_ARGS ?=
@@ -27,14 +28,19 @@ $(VENV)/.stamp: requirements.txt requirements-ros.txt requirements-sim.txt setup
 
 setup: $(VENV)/.stamp
 
+$(COLCON_VENV)/.stamp: requirements-colcon.txt
+	$(PYTHON) -m venv $(COLCON_VENV)
+	$(COLCON_VENV)/bin/python -m pip install -q -r requirements-colcon.txt
+	touch $@
+
 demo: setup
 	$(PY) -m oxygen_ros.tools.demo
 
-test: setup
-	$(PY) -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)
+test: setup $(COLCON_VENV)/.stamp
+	OXYGEN_COLCON=$(abspath $(COLCON_VENV))/bin/colcon $(PY) -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not ros" $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build install log .pytest_cache
+	rm -rf $(VENV) $(COLCON_VENV) build install log .pytest_cache

@@ -26,6 +26,12 @@ setup(
     entry_points={
         "console_scripts": [
             "oxygen_demo = oxygen_ros.tools.demo:main",
+            "replay = oxygen_ros.tools.replay:main",
+            "bag_player = oxygen_ros.tools.bag_player:main",
+            "record_sim_bag = oxygen_ros.tools.record_sim_bag:main",
+            "oxygen_node = oxygen_ros.node:main",
+            "aloha_sim = oxygen_ros.tools.sim_node:main",
+            "closed_loop = oxygen_ros.tools.closed_loop:main",
         ],
     },
 )
