@@ -26,6 +26,7 @@ setup(
     entry_points={
         "console_scripts": [
             "oxygen_demo = oxygen_ros.tools.demo:main",
+            "bench = oxygen_ros.tools.bench:main",
             "replay = oxygen_ros.tools.replay:main",
             "bag_player = oxygen_ros.tools.bag_player:main",
             "record_sim_bag = oxygen_ros.tools.record_sim_bag:main",
