@@ -349,3 +349,32 @@ def sec_to_stamp(t: float) -> Time:
     if not -(2**31) <= sec <= _INT32_MAX:
         raise ValueError(f'time {t} s is outside the builtin_interfaces/Time range')
     return Time(sec=sec, nanosec=nanosec)
+
+
+class StampBook:
+    """Remembers the exact header stamps of recent inputs by their float-seconds value.
+
+    The observation pipeline works in float seconds, which cannot hold a ROS stamp exactly
+    (float64 resolution at 1.7e9 s is ~0.24 us). Outputs stamped "with the observation stamp" look
+    the original message stamp up here, so ``header.stamp`` matches the input bit for bit.
+    """
+
+    def __init__(self, capacity: int = 512) -> None:
+        from collections import OrderedDict
+
+        self._capacity = capacity
+        self._stamps: "OrderedDict[float, Time]" = OrderedDict()
+
+    def remember(self, stamp: Time) -> float:
+        """Record ``stamp``; returns its float-seconds value (the key)."""
+        t = stamp_to_sec(stamp)
+        self._stamps[t] = stamp
+        self._stamps.move_to_end(t)
+        while len(self._stamps) > self._capacity:
+            self._stamps.popitem(last=False)
+        return t
+
+    def exact(self, t: float) -> Time:
+        """The remembered stamp for ``t`` seconds, else :func:`sec_to_stamp` of ``t``."""
+        found = self._stamps.get(t)
+        return Time(sec=found.sec, nanosec=found.nanosec) if found is not None else sec_to_stamp(t)

@@ -22,7 +22,7 @@ from oxygen_ros.convert import (
     compressed_to_rgb,
     image_to_rgb,
     joint_state_to_vector,
-    stamp_to_sec,
+    StampBook,
 )
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.diagnostics import WARN, ProblemLog
@@ -66,6 +66,7 @@ class InputHandler:
         self.asks = 0
         self.ignored_inactive = 0
         self.zero_stamps = 0
+        self.stamps = StampBook()
         self._subs: list[Any] = []
         sensors = MutuallyExclusiveCallbackGroup()
         language = MutuallyExclusiveCallbackGroup()
@@ -100,7 +101,7 @@ class InputHandler:
             self._node.get_logger().warning(f'{kind}: {message} (further ones are only counted)')
 
     def _stamp(self, msg: Any, what: str) -> float:
-        stamp = stamp_to_sec(msg.header.stamp)
+        stamp = self.stamps.remember(msg.header.stamp)
         if stamp == 0.0:  # publisher without stamps: use the receive time on the node's clock
             self.zero_stamps += 1
             self._report('zero_stamp', f'{what} has no header stamp; using the receive time')

@@ -29,7 +29,8 @@ from oxygen_ros.inference import InferenceWorker
 from oxygen_ros.inputs import InputHandler, decode_image
 from oxygen_ros.node_diagnostics import inference_status
 from oxygen_ros.node_params import NodeConfig, declare_node_params, read_node_config
-from oxygen_ros.observation import AssemblerConfig, ObservationAssembler
+from oxygen_ros.model_setup import assembler_config, load_policy
+from oxygen_ros.observation import ObservationAssembler
 from oxygen_ros.outputs import Outputs
 from oxygen_ros.params import ParamError
 
@@ -98,37 +99,18 @@ class OxygenNode(LifecycleNode):
         return FAILURE
 
     def _load(self, cfg: NodeConfig) -> None:
-        import torch
-
         from oxygen_ros.core.engine.engine import Engine
-        from oxygen_ros.core.policy import Pi05Policy
 
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
-        dtype = getattr(torch, cfg.dtype) if cfg.dtype else None
-        self.policy = Pi05Policy.from_pretrained(cfg.model, device=cfg.device or None, dtype=dtype,
-                                                  robot_dim=len(cfg.joint_names))
+        self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        unknown = sorted(set(cfg.cameras) - set(slots))
-        if unknown:
-            raise ValueError(f'cameras.{unknown[0]}.topic: the model has no image slot '
-                             f'{unknown[0]!r} (slots: {list(slots)})')
-        dims = {'state': self.policy.normalizer.state_dim,
-                'action': self.policy.normalizer.action_dim}
-        for what, dim in dims.items():
-            if dim != len(cfg.joint_names):
-                raise ValueError(f'joint_names has {len(cfg.joint_names)} names but the model '
-                                 f'{what} dimension is {dim}')
         self.engine = Engine(self.policy, cfg.engine)
-        acfg = AssemblerConfig(
-            slots=slots, cameras=tuple(s for s in slots if s in cfg.cameras),
-            state_tolerance_s=cfg.state_tolerance_s, camera_max_age_s=cfg.camera_max_age_s,
-            time_jump_s=cfg.time_jump_s, labels={s: t for s, (t, _) in cfg.cameras.items()})
+        acfg = assembler_config(cfg, slots)
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)
         self.cfg = cfg
         self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report)
         self.inputs = InputHandler(self, cfg, self.assembler, self.engine, self.problems,
                                     time.monotonic, self._on_time_jump)
+        self.outputs.stamp_of = self.inputs.stamps.exact
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
                                       self.report, self.get_logger(), cfg.camera_sync_s)
 

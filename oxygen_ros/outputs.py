@@ -49,6 +49,7 @@ class Outputs:
             self.deltas[task] = self._pub(String, topics.delta, cfg.text_qos)
             self.texts[task] = self._pub(String, topics.text, cfg.text_qos)
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
+        self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
         self.command = None
         if cfg.action_rate_hz > 0:
             cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
@@ -82,7 +83,7 @@ class Outputs:
         try:
             if actions.ndim != 2 or actions.shape[1] != len(names):
                 raise ValueError(f'chunk shape {actions.shape} does not match {len(names)} joints')
-            msg = chunk_to_joint_trajectory(actions, names, sec_to_stamp(chunk.stamp),
+            msg = chunk_to_joint_trajectory(actions, names, self.stamp_of(chunk.stamp),
                                             self._cfg.control_period_s, self._cfg.frame_id)
         except ValueError as exc:
             self._report('action_refused', f'action chunk of frame {chunk.frame_id} not '

@@ -363,3 +363,18 @@ def test_stamp_exact_values():
 def test_sec_to_stamp_rejects_bad_times(t):
     with pytest.raises(ValueError):
         sec_to_stamp(t)
+
+
+def test_stamp_book_gives_back_the_exact_input_stamp():
+    from builtin_interfaces.msg import Time
+
+    from oxygen_ros.convert import StampBook, sec_to_stamp
+
+    book = StampBook(capacity=2)
+    original = Time(sec=1_700_000_000, nanosec=100_000_000)
+    t = book.remember(original)
+    assert sec_to_stamp(t).nanosec != original.nanosec  # float seconds alone lose the nanoseconds
+    assert book.exact(t) == original
+    book.remember(Time(sec=1, nanosec=1))
+    book.remember(Time(sec=2, nanosec=2))
+    assert book.exact(t) == sec_to_stamp(t)  # evicted: falls back to the float conversion

@@ -21,13 +21,14 @@ from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 
 from oxygen_ros.convert import JointStateError, chunk_to_joint_trajectory, joint_state_to_vector
-from oxygen_ros.convert import sec_to_stamp, stamp_to_sec
+from oxygen_ros.convert import StampBook
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.types import ActionChunk, Observation
 from oxygen_ros.inputs import decode_image
 from oxygen_ros.node_params import NodeConfig
-from oxygen_ros.observation import AssemblerConfig, ObservationAssembler, Verdict
+from oxygen_ros.model_setup import assembler_config
+from oxygen_ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.text_stream import TaskTextStream
 from oxygen_ros.tools.bag_io import msg_class
 from oxygen_ros.tools.bag_out import BagOutput
@@ -35,15 +36,7 @@ from oxygen_ros.tools.replay_console import Console
 from oxygen_ros.tools.replay_report import FrameRecord, ReplayStats, RequestRecord
 from oxygen_ros.tools.replay_setup import TopicMap
 
-__all__ = ['NodeSim', 'assembler_config']
-
-
-def assembler_config(cfg: NodeConfig, slots: tuple[str, ...]) -> AssemblerConfig:
-    """The assembler settings the node builds from its parameters (``OxygenNode._load``)."""
-    return AssemblerConfig(
-        slots=slots, cameras=tuple(s for s in slots if s in cfg.cameras),
-        state_tolerance_s=cfg.state_tolerance_s, camera_max_age_s=cfg.camera_max_age_s,
-        time_jump_s=cfg.time_jump_s, labels={s: t for s, (t, _) in cfg.cameras.items()})
+__all__ = ['NodeSim']
 
 
 def _short(reason: str) -> str:
@@ -82,6 +75,7 @@ class NodeSim:
         self.chunks: list[ActionChunk] = []
         self.texts: list[tuple[str, int, str]] = []
         self.available: OrderedDict[float, float] = OrderedDict()  # input stamp -> wall arrival
+        self.stamps = StampBook()
         self._asks: dict[int, str] = {}
         self._n_asks = 0
         self._obs_frames = 0
@@ -93,7 +87,7 @@ class NodeSim:
         return ((self.bag_now_ns if log_ns is None else log_ns) - self.start_ns) / 1e9
 
     def _stamp(self, msg: Any, log_ns: int) -> float:
-        stamp = stamp_to_sec(msg.header.stamp)
+        stamp = self.stamps.remember(msg.header.stamp)
         if stamp == 0.0:  # as the node: no header stamp -> receive time (here: the log time)
             self.stats.drops['zero stamps (log time used)'] += 1
             stamp = log_ns / 1e9
@@ -206,7 +200,7 @@ class NodeSim:
             self.chunks.append(chunk)
             if self.writer is not None:
                 msg = chunk_to_joint_trajectory(np.asarray(chunk.actions), self.cfg.joint_names,
-                                                sec_to_stamp(chunk.stamp), self.cfg.control_period_s,
+                                                self.stamps.exact(chunk.stamp), self.cfg.control_period_s,
                                                 self.cfg.frame_id)
                 self.writer.write(self.topics.action, log_ns, msg)
 

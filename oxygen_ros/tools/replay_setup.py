@@ -201,31 +201,24 @@ def check_bag(bag: BagInput, topics: TopicMap, instruction: str) -> list[str]:
 
 
 def load_policy(cfg, model: str | None = None):
-    """The policy the node would load for ``cfg`` (same checks as ``OxygenNode._load``).
+    """The policy the node would load for ``cfg`` (:func:`oxygen_ros.model_setup.load_policy`).
 
     Raises:
         ReplayError: the checkpoint cannot be loaded or does not fit the joints/cameras.
     """
-    import torch
-
-    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.model_setup import load_policy as node_load_policy
 
     try:
-        policy = Pi05Policy.from_pretrained(model or cfg.model, device=cfg.device or None,
-                                            dtype=getattr(torch, cfg.dtype) if cfg.dtype else None,
-                                            robot_dim=len(cfg.joint_names))
+        return node_load_policy(cfg, model)
     except Exception as exc:  # noqa: BLE001 - checkpoint errors of every kind end here
         raise ReplayError(f'cannot load model {model or cfg.model!r}: {type(exc).__name__}: {exc}') from exc
-    check_policy(cfg, policy)
-    return policy
 
 
 def check_policy(cfg, policy) -> None:
     """Raise ReplayError when ``policy`` does not fit the node configuration."""
-    unknown = sorted(set(cfg.cameras) - set(policy.cfg.image_slots))
-    if unknown:
-        raise ReplayError(f'cameras.{unknown[0]}.topic: the model has no image slot {unknown[0]!r}')
-    for what, dim in (('state', policy.normalizer.state_dim), ('action', policy.normalizer.action_dim)):
-        if dim != len(cfg.joint_names):
-            raise ReplayError(f'joint_names has {len(cfg.joint_names)} names but the model {what} '
-                              f'dimension is {dim}')
+    from oxygen_ros.model_setup import check_policy as node_check_policy
+
+    try:
+        node_check_policy(cfg, policy)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from exc

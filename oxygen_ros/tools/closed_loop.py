@@ -1,0 +1,638 @@
+"""Run the closed loop (ALOHA sim <-> oxygen node) without ``ros2 launch`` and print a report.
+
+Console script ``closed_loop``. Starts ``aloha_sim`` (``oxygen_ros.tools.sim_node``) and the
+``oxygen`` node as two processes with the same parameter files as ``launch/sim.launch.py``
+(``config/oxygen.yaml`` for the node, ``config/sim.yaml`` for both), watches the loop from a third
+ROS participant in this process, sends a language ask mid-run, waits for ``--frames`` action chunks,
+stops both processes with SIGINT and prints a report:
+
+- action rate: the oxygen node's ``action_hz`` (horizon / median frame time) and chunk rate;
+- tokens per second (the oxygen node's /diagnostics) and the streamed answer to the ask;
+- chunk age when executed (sim time from observation stamp to the step that applied the point),
+  chunk arrival latency, chunks executed / dropped / rejected by the sim;
+- the sim's control rate and real-time factor, command holds and losses;
+- safety of the executed command: finite, largest step change, largest change while held;
+- exit status of both processes, warnings and errors from their logs.
+
+``--stream`` drives the sim with the node's per-step command stream (``action_rate_hz`` = the
+sim's control rate) instead of the chunks. ``--kill-at-frame K`` kills the oxygen node (SIGKILL)
+after K chunks, checks that the sim reports a command loss and holds its last command, restarts
+the node after ``--hold-s`` seconds and waits until the loop runs again
+(``--frames-after-restart`` more chunks).
+
+Exit status: 0 when every check passed, 1 otherwise (the report says which failed), 2 for bad
+arguments. Example::
+
+    closed_loop --frames 30 --model pi05-tiny --json /tmp/loop.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ['LoopMonitor', 'main', 'run_loop']
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_STATUS = 'aloha_sim: executor'
+OXYGEN_STATUS = 'oxygen: inference'
+_LOG_LINE = re.compile(r'^\[(WARN|ERROR|FATAL)\]')
+
+
+def _config_dir() -> Path:
+    """The package's config folder: the source tree's, else the ament share folder."""
+    if (REPO / 'config' / 'sim.yaml').is_file():
+        return REPO / 'config'
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory('oxygen_ros')) / 'config'
+    except Exception:  # not installed through ament: fall back to the source layout
+        return REPO / 'config'
+
+
+def _control_period(sim_yaml: Path) -> float:
+    """1 / ``control_rate_hz`` of the sim section of ``sim_yaml`` (0.02 s when absent)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(sim_yaml.read_text()) or {}
+        for key, section in doc.items():
+            if str(key).split('/')[-1] == 'aloha_sim':
+                return 1.0 / float(section['ros__parameters'].get('control_rate_hz', 50.0))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
+        pass
+    return 0.02
+
+
+def _env(domain_id: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    env.update(ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1',
+               RCUTILS_LOGGING_BUFFERED_STREAM='0')
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH', '')) if p)
+    return env
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class _Proc:
+    """One child process (a ROS node) with its log file."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
+        self.name, self.cmd, self.log = name, cmd, log
+        self._file = open(log, 'wb')
+        self.popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._file,
+                                      stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
+        self.started = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGINT, wait up to ``timeout`` s, then SIGKILL; returns the exit status."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+        self._file.close()
+        return self.popen.returncode
+
+    def kill(self) -> int:
+        """SIGKILL (a crash, for the loss test); returns the exit status."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+        self._file.close()
+        return self.popen.returncode
+
+    def problems(self) -> list[str]:
+        """WARN / ERROR / FATAL lines and Python tracebacks of the log."""
+        try:
+            lines = self.log.read_text(errors='replace').splitlines()
+        except OSError:
+            return []
+        return [ln for ln in lines if _LOG_LINE.match(ln) or ln.startswith('Traceback')]
+
+
+class LoopMonitor:
+    """A ROS participant (own Context) watching the loop: chunks, text, diagnostics, commands.
+
+    Args:
+        domain_id: ROS domain of the loop.
+        ask_topic: where :meth:`ask` publishes (the oxygen node's conversation ask topic).
+        delta_topic / text_topic: the conversation task's outputs.
+        action_topic: the chunk topic.
+    """
+
+    def __init__(self, domain_id: int, ask_topic: str = 'ask',
+                 delta_topic: str = 'conversation/delta', text_topic: str = 'conversation/text',
+                 action_topic: str = 'action_chunk') -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from oxygen_ros.qos import reliable_qos, sensor_data_qos, text_qos
+
+        self._String = String
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain_id,
+                   signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node('closed_loop_monitor', context=self.context)
+        self._lock = threading.Lock()
+        self.chunks: list[tuple[float, float]] = []  # (wall receive, stamp)
+        self.deltas: list[tuple[float, str]] = []
+        self.texts: list[tuple[float, str]] = []
+        self.diags: dict[str, list[tuple[float, dict[str, str], int, str]]] = {}
+        self.executed: list[tuple[float, str, np.ndarray]] = []  # (stamp, state, positions)
+        self.joint_first: np.ndarray | None = None
+        self.joint_max_dev = 0.0
+        n = self.node
+        n.create_subscription(JointTrajectory, action_topic, self._on_chunk, reliable_qos(100))
+        n.create_subscription(String, delta_topic, lambda m: self._text(self.deltas, m), text_qos())
+        n.create_subscription(String, text_topic, lambda m: self._text(self.texts, m), text_qos())
+        n.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, reliable_qos(50))
+        n.create_subscription(JointState, 'aloha_sim/executed_command', self._on_executed,
+                              reliable_qos(500))
+        n.create_subscription(JointState, 'joint_states', self._on_joints, sensor_data_qos(10))
+        self.ask_pub = n.create_publisher(String, ask_topic, reliable_qos())
+        self._executor = SingleThreadedExecutor(context=self.context)
+        self._executor.add_node(n)
+        self._thread = threading.Thread(target=self._spin, name='loop-monitor', daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self.context.ok():
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except Exception:
+                if not self.context.ok():
+                    return
+                raise
+
+    # callbacks
+    def _on_chunk(self, msg: Any) -> None:
+        with self._lock:
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            self.chunks.append((time.monotonic(), stamp))
+
+    def _text(self, sink: list, msg: Any) -> None:
+        with self._lock:
+            sink.append((time.monotonic(), msg.data))
+
+    def _on_diag(self, msg: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for st in msg.status:
+                values = {kv.key: kv.value for kv in st.values}
+                self.diags.setdefault(st.name, []).append((now, values, st.level[0], st.message))
+
+    def _on_executed(self, msg: Any) -> None:
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        with self._lock:
+            self.executed.append((stamp, msg.header.frame_id,
+                                  np.asarray(msg.position, dtype=float)))
+
+    def _on_joints(self, msg: Any) -> None:
+        q = np.asarray(msg.position, dtype=float)
+        with self._lock:
+            if self.joint_first is None:
+                self.joint_first = q
+            elif q.shape == self.joint_first.shape:
+                self.joint_max_dev = max(self.joint_max_dev,
+                                         float(np.max(np.abs(q - self.joint_first))))
+
+    # queries
+    def n_chunks(self) -> int:
+        with self._lock:
+            return len(self.chunks)
+
+    def last_diag(self, name: str) -> dict[str, str]:
+        """Key/values of the newest status ``name`` (empty when none yet)."""
+        with self._lock:
+            items = self.diags.get(name, [])
+            return dict(items[-1][1]) if items else {}
+
+    def diag_history(self, name: str) -> list[tuple[float, dict[str, str], int, str]]:
+        with self._lock:
+            return list(self.diags.get(name, []))
+
+    def n_diags(self, name: str) -> int:
+        with self._lock:
+            return len(self.diags.get(name, []))
+
+    def ask(self, text: str) -> bool:
+        """Publish an ask if the oxygen node subscribes to it; returns whether it was sent."""
+        if self.ask_pub.get_subscription_count() == 0:
+            return False
+        self.ask_pub.publish(self._String(data=text))
+        return True
+
+    def close(self) -> None:
+        self.context.try_shutdown()
+        self._thread.join(5)
+        self._executor.shutdown()
+
+
+def _wait(pred: Callable[[], Any], timeout: float, poll: float = 0.05,
+          abort: Callable[[], str] | None = None) -> Any:
+    end = time.monotonic() + timeout
+    value = pred()
+    while not value and time.monotonic() < end:
+        if abort is not None and abort():
+            return value
+        time.sleep(poll)
+        value = pred()
+    return value
+
+
+def _num(values: dict[str, str], key: str) -> float:
+    try:
+        return float(values.get(key, 'nan'))
+    except ValueError:
+        return math.nan
+
+
+@contextlib.contextmanager
+def _domain(domain_id: int | None) -> Iterator[int]:
+    if domain_id is not None:
+        yield domain_id
+        return
+    if 'ROS_DOMAIN_ID' in os.environ:
+        yield int(os.environ['ROS_DOMAIN_ID'])
+        return
+    try:
+        from domain_coordinator import domain_id as coordinated
+    except ImportError:
+        yield 0
+        return
+    with coordinated() as dom:
+        yield dom
+
+
+def _command_safety(executed: list[tuple[float, str, np.ndarray]], limit: float) -> dict[str, Any]:
+    """Finite / step-size / hold checks over the executed commands."""
+    rows = [p for _, _, p in executed]
+    out: dict[str, Any] = {'executed_messages': len(rows), 'non_finite': 0,
+                           'max_step_change': 0.0, 'max_change_while_lost': 0.0,
+                           'lost_messages': 0, 'step_limit': limit}
+    if not rows:
+        return out
+    arr = np.stack([r for r in rows if r.shape == rows[0].shape])
+    out['non_finite'] = int((~np.isfinite(arr)).any(axis=1).sum())
+    if len(arr) > 1:
+        out['max_step_change'] = float(np.nanmax(np.abs(np.diff(arr, axis=0))))
+    lost = [i for i, (_, state, _) in enumerate(executed) if state == 'lost']
+    out['lost_messages'] = len(lost)
+    for i in lost:
+        if i > 0 and executed[i - 1][1] == 'lost':
+            d = float(np.max(np.abs(executed[i][2] - executed[i - 1][2])))
+            out['max_change_while_lost'] = max(out['max_change_while_lost'], d)
+    return out
+
+
+def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
+             echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the loop once (see module doc) and return the report dictionary."""
+    cfg = _config_dir()
+    sim_yaml = Path(args.sim_params) if args.sim_params else cfg / 'sim.yaml'
+    oxy_yaml = Path(args.oxygen_params) if args.oxygen_params else cfg / 'oxygen.yaml'
+    sim_time = args.rtf != 1.0
+    env = _env(domain_id)
+    py = sys.executable
+    sim_cmd = [py, '-m', 'oxygen_ros.tools.sim_node', '--ros-args', '--params-file', str(sim_yaml),
+               '-p', f'real_time_factor:={args.rtf}',
+               '-p', f'publish_clock:={"true" if sim_time else "false"}']
+    if args.camera_rate_hz > 0:
+        sim_cmd += ['-p', f'camera_rate_hz:={args.camera_rate_hz}']
+    if args.stream:  # the node's per-step command stream at the sim's control rate
+        sim_cmd += ['-p', 'command_source:=stream']
+    oxy_cmd = [py, '-m', 'oxygen_ros.node', '--ros-args', '--params-file', str(oxy_yaml),
+               '--params-file', str(sim_yaml), '-p', f'model:={args.model}',
+               '-p', f'use_sim_time:={"true" if sim_time else "false"}',
+               '-p', f'num_threads:={args.num_threads}']
+    if args.device:
+        oxy_cmd += ['-p', f'device:={args.device}']
+    if args.stream:
+        oxy_cmd += ['-p', f'action_rate_hz:={1.0 / _control_period(sim_yaml)}']
+    report: dict[str, Any] = {'model': args.model, 'frames_target': args.frames,
+                              'command_source': 'stream' if args.stream else 'trajectory',
+                              'target_real_time_factor': args.rtf,
+                              'camera_rate_hz': args.camera_rate_hz, 'domain_id': domain_id,
+                              'logs': str(log_dir), 'checks': {}}
+    monitor = LoopMonitor(domain_id)
+    procs: list[_Proc] = []
+    oxygen_runs: list[_Proc] = []
+    t_start = time.monotonic()
+    try:
+        sim = _Proc('sim', sim_cmd, log_dir / 'sim.log', env)
+        procs.append(sim)
+        oxygen = _Proc('oxygen', oxy_cmd, log_dir / 'oxygen.log', env)
+        procs.append(oxygen)
+        oxygen_runs.append(oxygen)
+        echo(f'started aloha_sim (pid {sim.popen.pid}) and oxygen (pid {oxygen.popen.pid}) on ROS '
+             f'domain {domain_id}; logs in {log_dir}')
+
+        def died() -> str:
+            dead = [p.name for p in (sim, oxygen_runs[-1]) if not p.alive()]
+            return ', '.join(dead)
+
+        deadline = t_start + args.timeout
+        first = _wait(lambda: monitor.n_chunks() >= 1, max(1.0, deadline - time.monotonic()),
+                      abort=died)
+        report['startup_s'] = round(time.monotonic() - t_start, 2)
+        if not first:
+            raise RuntimeError(f'no action chunk within {args.timeout:g} s'
+                               + (f' ({died()} exited)' if died() else ''))
+        echo(f'first chunk after {report["startup_s"]} s; running ...')
+        t_first = time.monotonic()
+        ask_at = args.ask_at_frame if args.ask_at_frame >= 0 else max(1, args.frames // 3)
+        asked_at = None
+        killed = None
+        frames_before_restart = 0
+        while True:
+            n = monitor.n_chunks()
+            if args.ask and asked_at is None and n >= ask_at and monitor.ask(args.ask):
+                asked_at = time.monotonic()
+                report['ask'] = {'text': args.ask, 'at_frame': n}
+                echo(f'frame {n}: asked {args.ask!r}')
+            if args.kill_at_frame > 0 and killed is None and n >= args.kill_at_frame:
+                killed = _kill_and_restart(args, monitor, oxygen_runs, procs, oxy_cmd, env,
+                                           log_dir, report, echo)
+                frames_before_restart = monitor.n_chunks()
+            target = args.frames
+            if killed is not None:
+                target = max(args.frames, frames_before_restart + args.frames_after_restart)
+            if n >= target and (not args.ask or asked_at is not None):
+                break
+            if died():
+                raise RuntimeError(f'{died()} exited during the run')
+            if time.monotonic() > deadline:
+                raise RuntimeError(f'only {n} of {target} chunks within {args.timeout:g} s')
+            time.sleep(0.05)
+        t_done = time.monotonic()
+        if asked_at is not None:  # let the answer finish streaming (bounded)
+            _wait(lambda: monitor.texts, min(args.text_wait_s, max(0.0, deadline - t_done)))
+        # one more status of each node after the last frame
+        n_sim, n_oxy = monitor.n_diags(SIM_STATUS), monitor.n_diags(OXYGEN_STATUS)
+        _wait(lambda: (monitor.n_diags(SIM_STATUS) > n_sim
+                       and monitor.n_diags(OXYGEN_STATUS) > n_oxy), 5.0)
+        report['run_s'] = round(t_done - t_first, 2)
+    except RuntimeError as exc:
+        report['error'] = str(exc)
+        echo(f'error: {exc}')
+    except KeyboardInterrupt:
+        report['error'] = 'interrupted'
+    finally:
+        rcs: dict[str, list[int]] = {}
+        for p in sorted(procs, key=lambda p: p.name != 'sim'):  # the sim first: no loss report
+            rc = p.stop() if p.popen.returncode is None else p.popen.returncode
+            rcs.setdefault(p.name, []).append(rc)
+        report['exit_codes'] = rcs
+        report['wall_s'] = round(time.monotonic() - t_start, 2)
+        _summarise(args, monitor, report, procs)
+        monitor.close()
+    return report
+
+
+def _kill_and_restart(args: argparse.Namespace, monitor: LoopMonitor, oxygen_runs: list[_Proc],
+                      procs: list[_Proc], oxy_cmd: list[str], env: dict[str, str], log_dir: Path,
+                      report: dict[str, Any], echo: Callable[[str], None]) -> float:
+    """SIGKILL the oxygen node, check the sim's loss report and hold, restart the node."""
+    before = monitor.last_diag(SIM_STATUS)
+    losses0 = int(_num(before, 'losses')) if before else 0
+    resumes0 = int(_num(before, 'resumes')) if before else 0
+    frame = monitor.n_chunks()
+    t_kill = time.monotonic()
+    rc = oxygen_runs[-1].kill()
+    echo(f'frame {frame}: killed the oxygen node (exit {rc}); waiting for the sim to report a loss')
+    kill: dict[str, Any] = {'at_frame': frame, 'exit_code': rc}
+    report['kill'] = kill
+    lost = _wait(lambda: int(_num(monitor.last_diag(SIM_STATUS), 'losses') or 0) > losses0, 15.0)
+    kill['loss_reported'] = bool(lost)
+    kill['loss_report_s'] = round(time.monotonic() - t_kill, 2) if lost else None
+    if lost:
+        echo(f'sim reported the command loss after {kill["loss_report_s"]} s; holding for '
+             f'{args.hold_s:g} s')
+    time.sleep(args.hold_s)
+    kill['state_before_restart'] = monitor.last_diag(SIM_STATUS).get('state', '')
+    n = len(oxygen_runs) + 1
+    oxygen = _Proc('oxygen', oxy_cmd, log_dir / f'oxygen_{n}.log', env)
+    procs.append(oxygen)
+    oxygen_runs.append(oxygen)
+    t_restart = time.monotonic()
+    echo(f'restarted the oxygen node (pid {oxygen.popen.pid})')
+    resumed = _wait(lambda: int(_num(monitor.last_diag(SIM_STATUS), 'resumes') or 0) > resumes0,
+                    args.timeout, abort=lambda: '' if oxygen.alive() else 'dead')
+    kill['resumed'] = bool(resumed)
+    kill['resume_s'] = round(time.monotonic() - t_restart, 2) if resumed else None
+    if resumed:
+        echo(f'loop resumed {kill["resume_s"]} s after the restart')
+    return t_kill
+
+
+def _summarise(args: argparse.Namespace, monitor: LoopMonitor, report: dict[str, Any],
+               procs: list[_Proc]) -> None:
+    sim = monitor.last_diag(SIM_STATUS)
+    oxy_hist = monitor.diag_history(OXYGEN_STATUS)
+    active = [v for _, v, _, _ in oxy_hist if v.get('state') == 'active']
+    oxy = active[-1] if active else (oxy_hist[-1][1] if oxy_hist else {})
+    chunks = list(monitor.chunks)
+    span = chunks[-1][0] - chunks[0][0] if len(chunks) > 1 else 0.0
+    tok = [_num(v, 'tok_per_s') for v in active]
+    tok = [t for t in tok if math.isfinite(t)]
+    report['oxygen'] = {
+        'action_hz': _num(oxy, 'action_hz'), 'chunk_hz': _num(oxy, 'chunk_hz'),
+        'frame_time_p50_ms': _num(oxy, 'frame_time_p50_ms'),
+        'tok_per_s_last': _num(oxy, 'tok_per_s'), 'tok_per_s_peak': max(tok) if tok else math.nan,
+        'tokens': _num(oxy, 'tokens'), 'frames': _num(oxy, 'frames'),
+        'chunks_seen': len(chunks), 'chunk_hz_seen': (len(chunks) - 1) / span if span else 0.0,
+    }
+    keys = ('state', 'sim_time', 'sim_step_hz', 'real_time_factor', 'camera_hz', 'render_ms',
+            'chunk_age_p50_ms', 'chunk_age_p95_ms', 'chunk_age_max_ms', 'arrival_latency_p50_ms',
+            'arrival_latency_max_ms', 'chunks_received', 'commands_received', 'accepted',
+            'chunks_executed',
+            'same_stamp', 'executed_steps', 'wait_steps', 'hold_steps', 'limited_steps',
+            'late_points',
+            'losses', 'resumes', 'out_of_order', 'stale', 'expired', 'bad_names', 'bad_shape',
+            'non_finite', 'bad_times', 'overruns', 'camera_frames', 'camera_skipped')
+    report['sim'] = {k: (sim.get(k) if k == 'state' else _num(sim, k)) for k in keys}
+    step_limit = args.max_joint_speed / 50.0 if args.max_joint_speed > 0 else math.inf
+    report['command'] = _command_safety(list(monitor.executed), step_limit)
+    report['joint_motion_max_rad'] = round(monitor.joint_max_dev, 4)
+    deltas = [d for _, d in monitor.deltas]
+    report['language'] = {'deltas': len(deltas), 'text': ''.join(deltas)[:200],
+                          'finished': [t for _, t in monitor.texts][:3]}
+    report['warnings'] = {p.log.name: p.problems() for p in procs}
+    _checks(args, report)
+
+
+def _checks(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    c = report['checks']
+    sim, cmd = report['sim'], report['command']
+    codes = report.get('exit_codes', {})
+    c['no_error'] = 'error' not in report
+    c['frames'] = report['oxygen']['chunks_seen'] >= args.frames
+    used = 'executed_steps' if args.stream else 'chunks_executed'
+    c['sim_executed_commands'] = (sim.get(used) or 0) >= 1 and report['joint_motion_max_rad'] > 1e-3
+    c['no_dropped_or_rejected_chunks'] = all(
+        (sim.get(k) or 0) == 0 for k in ('out_of_order', 'expired', 'bad_names', 'bad_shape',
+                                         'non_finite', 'bad_times'))
+    c['commands_finite'] = cmd['non_finite'] == 0 and cmd['executed_messages'] > 0
+    c['no_jump'] = cmd['max_step_change'] <= cmd['step_limit'] + 1e-9
+    if args.ask:
+        c['language_deltas'] = report['language']['deltas'] > 0
+    c['clean_exit'] = all(rc == 0 for name, rcs in codes.items()
+                          for rc in (rcs if name == 'sim' else rcs[-1:]))
+    expected = ('command loss',) if args.kill_at_frame > 0 else ()
+    unexpected = [w for lines in report['warnings'].values() for w in lines
+                  if not any(e in w for e in expected)]
+    c['no_unexpected_warnings'] = not unexpected
+    if args.kill_at_frame > 0:
+        k = report.get('kill', {})
+        c['loss_reported'] = bool(k.get('loss_reported'))
+        c['held_without_motion'] = cmd['lost_messages'] > 0 and cmd['max_change_while_lost'] == 0.0
+        c['resumed_after_restart'] = bool(k.get('resumed'))
+    report['ok'] = all(c.values())
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """Human-readable report."""
+    def f(x: Any, nd: int = 1) -> str:
+        return 'n/a' if x is None or (isinstance(x, float) and not math.isfinite(x)) else \
+            (f'{x:.{nd}f}' if isinstance(x, float) else str(x))
+
+    o, s, c = r['oxygen'], r['sim'], r['command']
+    rejected = sum((s.get(k) or 0) for k in ('bad_names', 'bad_shape', 'non_finite', 'bad_times'))
+    lines = [
+        f'closed loop: {o["chunks_seen"]} chunks (target {r["frames_target"]}) in '
+        f'{f(r.get("run_s"))} s after a {f(r.get("startup_s"))} s start-up, model {r["model"]}, '
+        f'target real-time factor {r["target_real_time_factor"]:g}',
+        f'  action rate      : {f(o["action_hz"])} actions/s (H/T, oxygen), '
+        f'{f(o["chunk_hz_seen"], 2)} chunks/s seen, frame time p50 {f(o["frame_time_p50_ms"])} ms',
+        f'  tokens           : {f(o["tok_per_s_peak"])} tok/s peak ({f(o["tok_per_s_last"])} last '
+        f'5 s window), {f(o["tokens"], 0)} tokens in {f(o["frames"], 0)} frames',
+        f'  chunk age at execution (sim ms): p50 {f(s["chunk_age_p50_ms"])}, p95 '
+        f'{f(s["chunk_age_p95_ms"])}, max {f(s["chunk_age_max_ms"])}; arrival latency p50 '
+        f'{f(s["arrival_latency_p50_ms"])}, max {f(s["arrival_latency_max_ms"])}',
+        f'  sim chunks       : received {f(s["chunks_received"], 0)} (per-step commands '
+        f'{f(s.get("commands_received"), 0)}), executed '
+        f'{f(s["chunks_executed"], 0)}, same-stamp replacements {f(s["same_stamp"], 0)}, '
+        f'out of order {f(s["out_of_order"], 0)}, expired {f(s["expired"], 0)}, rejected '
+        f'{f(rejected, 0)}',
+        f'  sim              : {f(s["sim_step_hz"])} steps/s, real-time factor '
+        f'{f(s["real_time_factor"], 2)}, cameras {f(s["camera_hz"])} Hz (render '
+        f'{f(s["render_ms"])} ms, skipped {f(s["camera_skipped"], 0)}), overruns '
+        f'{f(s["overruns"], 0)}',
+        f'  commands         : executed steps {f(s["executed_steps"], 0)}, waiting for the first '
+        f'chunk {f(s.get("wait_steps"), 0)}, held in gaps {f(s["hold_steps"], 0)} (losses '
+        f'{f(s["losses"], 0)}, resumes {f(s["resumes"], 0)}), '
+        f'speed-limited {f(s["limited_steps"], 0)}; max step {f(c["max_step_change"], 4)} '
+        f'(limit {f(c["step_limit"], 4)}), non-finite {c["non_finite"]}, joint motion '
+        f'{f(r["joint_motion_max_rad"], 3)} rad',
+    ]
+    lang = r['language']
+    if 'ask' in r:
+        lines.append(f'  language         : ask {r["ask"]["text"]!r} at frame '
+                     f'{r["ask"]["at_frame"]} -> {lang["deltas"]} deltas, text '
+                     f'{lang["text"][:60]!r}')
+    if 'kill' in r:
+        k = r['kill']
+        lines.append(f'  oxygen killed    : at frame {k["at_frame"]}, loss reported '
+                     f'{k.get("loss_reported")} after {f(k.get("loss_report_s"), 2)} s, held '
+                     f'{c["lost_messages"]} steps (max change {f(c["max_change_while_lost"], 4)}), '
+                     f'resumed {k.get("resumed")} {f(k.get("resume_s"), 1)} s after the restart')
+    lines.append(f'  exit codes       : {r.get("exit_codes")}')
+    warns = [f'{name}: {w}' for name, ws in r['warnings'].items() for w in ws]
+    lines.append(f'  warnings/errors  : {len(warns)}')
+    lines += [f'    {w[:160]}' for w in warns[:10]]
+    if 'error' in r:
+        lines.append(f'  error            : {r["error"]}')
+    failed = [k for k, v in r['checks'].items() if not v]
+    lines.append('  checks           : ' + ('all passed' if not failed else
+                                            'FAILED: ' + ', '.join(failed)))
+    return '\n'.join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(prog='closed_loop', description=__doc__.split('\n\n')[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--frames', type=int, default=30, help='action chunks to wait for (30)')
+    ap.add_argument('--model', default='pi05-tiny', help='oxygen model: preset or checkpoint')
+    ap.add_argument('--device', default='', help='oxygen torch device ("" = auto)')
+    ap.add_argument('--num-threads', type=int, default=1,
+                    help='CPU threads of the oxygen node (0 = torch default; 1)')
+    ap.add_argument('--rtf', type=float, default=0.25,
+                    help='sim real-time factor; not 1 = sim time over /clock (0.25: on a CPU the '
+                    'tiny model and the renderer keep up with time to spare)')
+    ap.add_argument('--camera-rate-hz', type=float, default=25.0,
+                    help='camera frames per simulated second (0 = from the sim parameter file; '
+                    '25: every 2nd control step, 6.25 renders per wall second at --rtf 0.25)')
+    ap.add_argument('--stream', action='store_true',
+                    help='drive the sim with the per-step command stream instead of the chunks')
+    ap.add_argument('--ask', default='What do you see?', help='ask sent mid-run ("" = none)')
+    ap.add_argument('--ask-at-frame', type=int, default=-1, help='frame of the ask (frames/3)')
+    ap.add_argument('--text-wait-s', type=float, default=10.0,
+                    help='longest wait for the answer to finish after the last frame')
+    ap.add_argument('--kill-at-frame', type=int, default=0,
+                    help='SIGKILL the oxygen node after this many chunks, then restart it (0 = no)')
+    ap.add_argument('--hold-s', type=float, default=2.0, help='wall seconds before the restart')
+    ap.add_argument('--frames-after-restart', type=int, default=10,
+                    help='chunks to wait for after the restart')
+    ap.add_argument('--max-joint-speed', type=float, default=3.0,
+                    help='the sim\'s max_joint_speed (rad/s) used for the no-jump check')
+    ap.add_argument('--sim-params', default='', help='sim parameter file (config/sim.yaml)')
+    ap.add_argument('--oxygen-params', default='', help='oxygen parameter file '
+                    '(config/oxygen.yaml; sim.yaml is layered on top)')
+    ap.add_argument('--domain-id', type=int, default=None,
+                    help='ROS domain (default: $ROS_DOMAIN_ID, else a free one)')
+    ap.add_argument('--timeout', type=float, default=180.0, help='overall limit, seconds')
+    ap.add_argument('--log-dir', default='', help='folder for the node logs (a temp folder)')
+    ap.add_argument('--json', default='', help='also write the report as JSON here')
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``closed_loop`` (see module doc)."""
+    args = build_parser().parse_args(argv)
+    if args.frames < 1 or args.rtf < 0:
+        print('closed_loop: --frames must be >= 1 and --rtf >= 0', file=sys.stderr)
+        return 2
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix='closed_loop_'))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with _domain(args.domain_id) as dom:
+        report = run_loop(args, dom, log_dir)
+    print(format_report(report), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
+    return 0 if report['ok'] else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

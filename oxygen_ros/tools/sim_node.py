@@ -1,0 +1,695 @@
+"""The ALOHA MuJoCo simulation as a ROS 2 robot (console script ``aloha_sim``, node ``aloha_sim``).
+
+Wraps :class:`~oxygen_ros.tools.sim_scene.SimScene` (gym-aloha's transfer-cube scene):
+
+- publishes ``joint_states`` (``sensor_msgs/JointState``: the 14 ALOHA joints, position and
+  velocity) every control step, and the three cameras ``top``, ``left_wrist``, ``right_wrist`` at
+  ``camera_rate_hz`` (simulated time) as ``CompressedImage`` (``image_format`` jpeg/png) or raw
+  ``Image`` (rgb8/bgr8), on ALOHA's topic names by default
+  (``cam_high/image_raw/compressed`` ...), matching ``config/oxygen.yaml``;
+- subscribes to ``action_chunk`` (``trajectory_msgs/JointTrajectory``) or, with
+  ``command_source: stream``, to the per-step ``joint_command`` stream, and executes them with
+  :class:`~oxygen_ros.tools.sim_executor.ChunkExecutor` (time alignment by stamp, newer chunks
+  replace older ones from their start, bad chunks rejected and counted, safe hold + loss report);
+- publishes what it applied on ``~/executed_command`` (``JointState``, reliable) and its status on
+  ``/diagnostics`` (``aloha_sim: executor``: state, rates, real-time factor, counters, chunk ages);
+  the status is also published at once on a loss and on resuming;
+- publishes ``/clock`` with ``publish_clock: true`` (use with ``use_sim_time`` elsewhere, needed
+  when ``real_time_factor`` is not 1);
+- resets the scene (arms to the start pose, cube to a new seeded pose) on the ``~/reset`` service
+  (``std_srvs/Trigger``, when std_srvs is installed) or any message on the ``~/reset`` topic
+  (``std_msgs/Empty``).
+
+Timing: every message stamp is the *simulation clock*: ``clock_start`` (default: the wall clock at
+start) plus the simulated time, which never goes backwards (not even on reset). The physics runs in
+its own thread paced to ``real_time_factor`` simulated seconds per wall second (0 = as fast as it
+can). In real-time mode (factor 1) the sim clock follows the wall clock; when the process falls
+more than ``max_lag_s`` behind, the clock jumps ahead (counted as ``overruns``) instead of drifting.
+Cameras render in another thread from a snapshot of the state taken at the step they are stamped
+with, so a slow render never stalls the physics (a frame still pending when the next one is due is
+skipped and counted). MuJoCo renders through ``MUJOCO_GL`` (default ``egl``, CPU software
+rendering works headless); shadows and reflections are off by default (several times faster).
+
+Run: ``aloha_sim --ros-args --params-file config/sim.yaml`` (or ``python -m
+oxygen_ros.tools.sim_node ...``); together with the oxygen node: ``launch/sim.launch.py`` or the
+``closed_loop`` script. Exit status 0 after SIGINT, 2 for invalid parameters, 1 for a sim failure.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Empty, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from oxygen_ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp, stamp_to_sec
+from oxygen_ros.params import ParamError, ParamSpec, declare, read_values
+from oxygen_ros.qos import QOS_NAMES, qos_from_name, reliable_qos
+from oxygen_ros.tools.sim_executor import SOURCES, ChunkExecutor, Command, ExecState, Verdict
+from oxygen_ros.tools.sim_scene import DEFAULT_CAMERAS, JOINT_NAMES, SimScene
+
+try:  # std_srvs is optional: without it only the ~/reset topic exists
+    from std_srvs.srv import Trigger
+except ImportError:  # pragma: no cover - depends on the installation
+    Trigger = None
+
+__all__ = ['AlohaSimNode', 'Pacer', 'main', 'sim_specs', 'STATUS_NAME']
+
+NODE_NAME = 'aloha_sim'
+STATUS_NAME = f'{NODE_NAME}: executor'
+DEFAULT_CAMERA_TOPICS = ('cam_high/image_raw/compressed', 'cam_left_wrist/image_raw/compressed',
+                         'cam_right_wrist/image_raw/compressed')
+IMAGE_FORMATS = ('jpeg', 'png', 'rgb8', 'bgr8')
+COMMAND_TYPES = ('joint_state', 'float64_multi_array')
+_S, _I, _F, _B = (Parameter.Type.STRING, Parameter.Type.INTEGER, Parameter.Type.DOUBLE,
+                  Parameter.Type.BOOL)
+_SA = Parameter.Type.STRING_ARRAY
+_OK, _WARN, _ERROR = 0, 1, 2
+
+
+def sim_specs() -> list[ParamSpec]:
+    """Every parameter of the ``aloha_sim`` node (names, types, defaults, ranges, descriptions)."""
+    qos = tuple(QOS_NAMES)
+    return [
+        ParamSpec('control_rate_hz', _F, 50.0, 'Control (command) rate of the simulation, Hz; '
+                  '1/rate must be a whole number of 2 ms physics steps. Match the oxygen node: '
+                  'control_period_s = 1/rate.', 1.0, 500.0),
+        ParamSpec('real_time_factor', _F, 1.0, 'Simulated seconds per wall-clock second '
+                  '(1 = real time; 0 = as fast as possible). Not 1: publish /clock and run the '
+                  'other nodes with use_sim_time.', 0.0, 100.0),
+        ParamSpec('publish_clock', _B, False, 'Publish rosgraph_msgs/Clock on /clock every step.'),
+        ParamSpec('clock_start', _F, 0.0, 'Simulation clock at start, seconds since the Unix '
+                  'epoch (0 = the wall clock at start).', 0.0, 2.0e9),
+        ParamSpec('max_lag_s', _F, 0.25, 'Wall-clock lag behind the pacing target beyond which the '
+                  'sim stops catching up (real time: the clock jumps ahead), seconds.', 0.01, 60.0),
+        ParamSpec('seed', _I, 0, 'Cube placement seed of the first episode (each reset adds 1).',
+                  0, 2**31 - 1),
+        ParamSpec('cameras', _SA, list(DEFAULT_CAMERAS), 'MJCF cameras to render, in order '
+                  '(empty = no cameras).'),
+        ParamSpec('camera_topics', _SA, list(DEFAULT_CAMERA_TOPICS), 'Image topic of each camera '
+                  '(same length as cameras).'),
+        ParamSpec('image_format', _S, 'jpeg', 'jpeg/png: sensor_msgs/CompressedImage; rgb8/bgr8: '
+                  'sensor_msgs/Image.', choices=IMAGE_FORMATS),
+        ParamSpec('jpeg_quality', _I, 90, 'JPEG quality (1..100).', 1, 100),
+        ParamSpec('image_width', _I, 160, 'Rendered image width, pixels.', 8, 640),
+        ParamSpec('image_height', _I, 120, 'Rendered image height, pixels.', 8, 480),
+        ParamSpec('camera_rate_hz', _F, 10.0, 'Camera frames per simulated second (0 = none); '
+                  'the period is rounded to the nearest whole number of control steps.', 0.0,
+                  500.0),
+        ParamSpec('render_shadows', _B, False, 'Render shadows and reflections (much slower on '
+                  'CPU).'),
+        ParamSpec('camera_qos', _S, 'sensor_data', 'QoS profile name of the images.', choices=qos),
+        ParamSpec('joint_state_topic', _S, 'joint_states', 'sensor_msgs/JointState output.'),
+        ParamSpec('joint_state_qos', _S, 'sensor_data', 'QoS profile name of the joint states.',
+                  choices=qos),
+        ParamSpec('frame_id', _S, '', 'header.frame_id of joint states (images: the camera name).'),
+        ParamSpec('command_source', _S, 'trajectory', "'trajectory': execute JointTrajectory "
+                  "chunks from action_topic; 'stream': per-step commands from command_topic.",
+                  choices=SOURCES),
+        ParamSpec('action_topic', _S, 'action_chunk', 'trajectory_msgs/JointTrajectory input.'),
+        ParamSpec('action_qos', _S, 'reliable', 'QoS profile name of the chunks.', choices=qos),
+        ParamSpec('command_topic', _S, 'joint_command', 'Per-step command input (stream source).'),
+        ParamSpec('command_type', _S, 'joint_state', "Per-step command message: 'joint_state' "
+                  "(stamped, by joint name) or 'float64_multi_array' (ALOHA order, receive time).",
+                  choices=COMMAND_TYPES),
+        ParamSpec('command_qos', _S, 'reliable', 'QoS profile name of the command stream.',
+                  choices=qos),
+        ParamSpec('command_timeout_s', _F, 0.1, 'A stream command older than this is no longer '
+                  'applied (the last one is held), seconds.', 0.001, 60.0),
+        ParamSpec('loss_timeout_s', _F, 0.25, 'A hold (no chunk/command covers the step) this '
+                  'long is reported as a command loss, simulated seconds.', 0.0, 60.0),
+        ParamSpec('max_joint_speed', _F, 3.0, 'Speed limit of the applied command per joint, '
+                  'rad/s (grippers: normalised opening per s); 0 = none.', 0.0, 1000.0),
+        ParamSpec('diagnostics_period_s', _F, 1.0, 'Period of /diagnostics, wall seconds.',
+                  0.05, 60.0),
+    ]
+
+
+class Pacer:
+    """Paces simulation steps against a wall clock (ROS-free).
+
+    Args:
+        step_s: simulated seconds per step (> 0).
+        rtf: target real-time factor (simulated / wall seconds); 0 = unpaced.
+        max_lag_s: wall seconds behind the target beyond which catching up stops: with
+            ``rtf == 1`` the simulated clock jumps ahead by the lag (so it keeps following the
+            wall clock), otherwise the pacing restarts from the current step.
+        wall: monotonic wall clock (seconds), injectable for tests.
+    """
+
+    def __init__(self, step_s: float, rtf: float, max_lag_s: float,
+                 wall: Callable[[], float] = time.monotonic) -> None:
+        self.step_s, self.rtf, self.max_lag_s, self._wall = step_s, rtf, max_lag_s, wall
+        self.elapsed = 0.0  # simulated seconds since start
+        self.overruns = 0
+        self._w0, self._s0 = wall(), 0.0
+
+    def delay(self) -> float:
+        """Wall seconds to wait before the next step (0 when due); handles falling behind."""
+        if self.rtf <= 0:
+            return 0.0
+        now = self._wall()
+        target = self._w0 + (self.elapsed - self._s0) / self.rtf
+        if now - target > self.max_lag_s:
+            self.overruns += 1
+            if self.rtf == 1.0:
+                self.elapsed += now - target  # real time: the sim clock keeps up with the wall
+            self._w0, self._s0 = now, self.elapsed
+            return 0.0
+        return max(0.0, target - now)
+
+    def advance(self) -> None:
+        """Account one simulated step."""
+        self.elapsed += self.step_s
+
+    def restart(self) -> None:
+        """Pace from now on (after a pause such as a reset)."""
+        self._w0, self._s0 = self._wall(), self.elapsed
+
+
+class _Rates:
+    """Sliding-window rates over wall time (thread-safe)."""
+
+    def __init__(self, window_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._steps: collections.deque[tuple[float, float]] = collections.deque()
+        self._frames: collections.deque[tuple[float, float]] = collections.deque()
+
+    def _trim(self, q: collections.deque, now: float) -> None:
+        while len(q) > 2 and now - q[0][0] > self.window_s:
+            q.popleft()
+
+    def step(self, wall: float, sim: float) -> None:
+        with self._lock:
+            self._steps.append((wall, sim))
+            self._trim(self._steps, wall)
+
+    def frame(self, wall: float, render_s: float) -> None:
+        with self._lock:
+            self._frames.append((wall, render_s))
+            self._trim(self._frames, wall)
+
+    def summary(self, now: float) -> dict[str, float]:
+        with self._lock:
+            self._trim(self._steps, now)
+            self._trim(self._frames, now)
+            steps, frames = list(self._steps), list(self._frames)
+        out = {'sim_step_hz': 0.0, 'real_time_factor': 0.0, 'camera_hz': 0.0, 'render_ms': 0.0}
+        if len(steps) > 1 and steps[-1][0] > steps[0][0]:
+            span = steps[-1][0] - steps[0][0]
+            out['sim_step_hz'] = (len(steps) - 1) / span
+            out['real_time_factor'] = (steps[-1][1] - steps[0][1]) / span
+        if len(frames) > 1 and frames[-1][0] > frames[0][0]:
+            out['camera_hz'] = (len(frames) - 1) / (frames[-1][0] - frames[0][0])
+        if frames:
+            out['render_ms'] = float(np.median([f[1] for f in frames])) * 1e3
+        return out
+
+
+class _Renderer:
+    """Renders camera snapshots in its own thread with its own MuJoCo renderer and ``MjData``.
+
+    ``submit`` hands over a kinematic snapshot (qpos, mocap) with its stamp; the thread renders
+    the newest one. A snapshot still pending when the next arrives is replaced (``skipped``).
+    """
+
+    def __init__(self, model: Any, cameras: tuple[str, ...], size: tuple[int, int],
+                 shadows: bool, publish: Callable[[float, dict[str, np.ndarray], float], None],
+                 on_error: Callable[[str], None]) -> None:
+        self._model, self._cameras, self._size, self._shadows = model, cameras, size, shadows
+        self._publish, self._on_error = publish, on_error
+        self._cond = threading.Condition()
+        self._pending: tuple | None = None
+        self._stop = False
+        self.skipped = 0
+        self.frames = 0
+        self.ready = threading.Event()
+        self.error = ''
+        self._thread = threading.Thread(target=self._run, name='aloha-sim-render', daemon=True)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the thread and wait until the GL context exists.
+
+        Raises:
+            RuntimeError: the renderer could not be created (message from MuJoCo).
+        """
+        self._thread.start()
+        if not self.ready.wait(timeout) or self.error:
+            raise RuntimeError(f'camera renderer failed to start: {self.error or "timeout"}')
+
+    def submit(self, stamp: float, qpos: np.ndarray, mocap_pos: np.ndarray,
+               mocap_quat: np.ndarray) -> None:
+        with self._cond:
+            if self._pending is not None:
+                self.skipped += 1
+            self._pending = (stamp, qpos, mocap_pos, mocap_quat)
+            self._cond.notify()
+
+    def clear(self) -> None:
+        """Drop a pending snapshot (reset)."""
+        with self._cond:
+            self._pending = None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        import mujoco
+
+        renderer = None
+        try:
+            h, w = self._size
+            renderer = mujoco.Renderer(self._model, h, w)
+            data = mujoco.MjData(self._model)
+        except Exception as exc:  # GL / EGL problems: reported by start()
+            self.error = f'{type(exc).__name__}: {exc}'
+            self.ready.set()
+            return
+        self.ready.set()
+        flags = mujoco.mjtRndFlag
+        try:
+            while True:
+                with self._cond:
+                    while self._pending is None and not self._stop:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                    stamp, qpos, mocap_pos, mocap_quat = self._pending
+                    self._pending = None
+                t0 = time.perf_counter()
+                data.qpos[:] = qpos
+                if mocap_pos.size:
+                    data.mocap_pos[:] = mocap_pos
+                    data.mocap_quat[:] = mocap_quat
+                mujoco.mj_forward(self._model, data)
+                images = {}
+                for cam in self._cameras:
+                    renderer.update_scene(data, camera=cam)
+                    renderer.scene.flags[flags.mjRND_SHADOW] = int(self._shadows)
+                    renderer.scene.flags[flags.mjRND_REFLECTION] = int(self._shadows)
+                    images[cam] = renderer.render()
+                self.frames += 1
+                self._publish(stamp, images, time.perf_counter() - t0)
+        except Exception as exc:
+            self.error = f'{type(exc).__name__}: {exc}'
+            self._on_error(f'camera rendering stopped: {self.error}\n{traceback.format_exc()}')
+        finally:
+            renderer.close()
+
+
+class AlohaSimNode(Node):
+    """The simulated ALOHA robot (see module doc). Call :meth:`start` after creation and
+    :meth:`stop` before destroying it.
+
+    Raises:
+        ParamError: invalid parameters (every problem, by name).
+        ImportError: mujoco / gym-aloha missing.
+        RuntimeError: the renderer cannot be created.
+    """
+
+    def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        specs = sim_specs()
+        declare(self, specs)
+        p = read_values(self, specs)
+        cams, topics = tuple(p['cameras']), tuple(p['camera_topics'])
+        if len(cams) != len(topics):
+            raise ParamError([f'camera_topics has {len(topics)} entries but cameras has '
+                              f'{len(cams)}'])
+        self.p = p
+        self.step_s = 1.0 / p['control_rate_hz']
+        os.environ.setdefault('MUJOCO_GL', 'egl')
+        try:
+            self.scene = SimScene(cameras=cams, image_size=(p['image_height'], p['image_width']),
+                                  control_rate_hz=p['control_rate_hz'])
+        except ValueError as exc:  # unknown camera, image size or rate: parameter problems
+            raise ParamError([f'cameras / image_width / image_height / control_rate_hz: {exc}']) \
+                from exc
+        self._seed = p['seed']
+        q0 = self.scene.reset(self._seed)
+        self.clock_start = p['clock_start'] or time.time()
+        self.pacer = Pacer(self.step_s, p['real_time_factor'], p['max_lag_s'])
+        self.chunk_executor = ChunkExecutor(
+            JOINT_NAMES, self.step_s, q0, loss_timeout_s=p['loss_timeout_s'],
+            max_speed=p['max_joint_speed'], source=p['command_source'],
+            stream_timeout_s=p['command_timeout_s'])
+        every = p['camera_rate_hz'] * self.step_s
+        self.camera_every = max(1, math.floor(1.0 / every + 0.5)) if every > 0 and cams else 0
+        self.rates = _Rates()
+        self.resets = 0
+        self.failure = ''
+        self._warned: set[str] = set()
+        self._stop = threading.Event()
+        self._reset_request = threading.Event()
+        self._reset_done = threading.Condition()
+        self._reset_serial = 0
+        self._sim_now = self.clock_start
+        self._step_count = 0
+        self._thread = threading.Thread(target=self._run, name='aloha-sim', daemon=True)
+
+        # publishers
+        self.joint_pub = self.create_publisher(JointState, p['joint_state_topic'],
+                                               qos_from_name(p['joint_state_qos']))
+        self.executed_pub = self.create_publisher(JointState, '~/executed_command',
+                                                  reliable_qos(50))
+        compressed = p['image_format'] in ('jpeg', 'png')
+        cam_type = CompressedImage if compressed else Image
+        self.camera_pubs = {c: self.create_publisher(cam_type, t, qos_from_name(p['camera_qos']))
+                            for c, t in zip(cams, topics, strict=True)}
+        self.clock_pub = None
+        if p['publish_clock']:
+            self.clock_pub = self.create_publisher(
+                Clock, '/clock', QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
+        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+
+        # inputs
+        inputs = MutuallyExclusiveCallbackGroup()
+        if p['command_source'] == 'trajectory':
+            self.create_subscription(JointTrajectory, p['action_topic'], self._on_trajectory,
+                                     qos_from_name(p['action_qos']), callback_group=inputs)
+        elif p['command_type'] == 'joint_state':
+            self.create_subscription(JointState, p['command_topic'], self._on_command,
+                                     qos_from_name(p['command_qos']), callback_group=inputs)
+        else:
+            self.create_subscription(Float64MultiArray, p['command_topic'], self._on_command_array,
+                                     qos_from_name(p['command_qos']), callback_group=inputs)
+        self.create_subscription(Empty, '~/reset', lambda _msg: self._reset_request.set(),
+                                 reliable_qos(), callback_group=inputs)
+        self.reset_service = None
+        if Trigger is not None:
+            self.reset_service = self.create_service(
+                Trigger, '~/reset', self._on_reset_service,
+                callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(p['diagnostics_period_s'], self.publish_diagnostics,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+
+        self.renderer = None
+        if self.camera_every:
+            self.renderer = _Renderer(self.scene.physics.model.ptr, cams,
+                                      (p['image_height'], p['image_width']),
+                                      p['render_shadows'], self._publish_images, self._fail)
+            self.renderer.start()
+        self.get_logger().info(
+            f'ALOHA sim ready: {p["control_rate_hz"]:g} Hz control, real-time factor '
+            f'{p["real_time_factor"]:g}{" (+ /clock)" if self.clock_pub else ""}, cameras '
+            f'{list(cams)} every {self.camera_every} steps at {p["image_width"]}x'
+            f'{p["image_height"]} {p["image_format"]}, source {p["command_source"]}, reset '
+            f'{"service + topic" if self.reset_service else "topic"} ~/reset')
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the simulation thread."""
+        self.pacer.restart()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the simulation and camera threads, free MuJoCo (idempotent)."""
+        self._stop.set()
+        with self._reset_done:
+            self._reset_done.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self.renderer is not None:
+            self.renderer.stop()
+        if self.scene is not None:
+            summary = self.summary()
+            self.scene.close()
+            self.scene = None
+            line = 'final: ' + json.dumps(summary, sort_keys=True)
+            if self.context.ok():
+                self.get_logger().info(line)
+            else:  # after rclpy shutdown (SIGINT) the logger's /rosout publisher is gone
+                print(f'[INFO] [{self.get_name()}]: {line}', file=sys.stderr, flush=True)
+
+    @property
+    def sim_now(self) -> float:
+        """Current simulation clock, seconds since the epoch."""
+        return self._sim_now
+
+    # ------------------------------------------------------------------ problems
+    def _warn_once(self, kind: str, message: str, level: str = 'warning') -> None:
+        if kind in self._warned:
+            return
+        self._warned.add(kind)
+        getattr(self.get_logger(), level)(f'{kind}: {message} (further ones are only counted)')
+
+    def _fail(self, message: str) -> None:
+        """A fatal simulation / rendering error: log it and end the process (exit status 1)."""
+        self.failure = message
+        self.get_logger().error(message)
+        self.context.try_shutdown()
+
+    def _verdict(self, verdict: Verdict, what: str, stamp: float) -> None:
+        if verdict is Verdict.ACCEPTED or verdict is Verdict.WRONG_SOURCE:
+            return
+        if verdict.rejected:
+            self._warn_once(verdict.value, f'{what} stamped {stamp:.3f} rejected '
+                            f'({verdict.value}); expected the {len(JOINT_NAMES)} joints '
+                            f'{list(JOINT_NAMES)} with finite positions and increasing times')
+        elif verdict is Verdict.STALE:
+            self._warn_once('stale', f'{what} stamped {stamp:.3f} is older than the last reset; '
+                            'dropped', 'info')
+        else:
+            self._warn_once(verdict.value, f'{what} stamped {stamp:.3f} dropped '
+                            f'({verdict.value}) at sim time {self.sim_now:.3f}')
+
+    # ------------------------------------------------------------------ callbacks
+    def _stamp(self, msg: Any, now: float) -> float:
+        stamp = stamp_to_sec(msg.header.stamp)
+        if stamp == 0.0:
+            self._warn_once('zero_stamp', 'input without header stamp: using the receive time')
+            return now
+        return stamp
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        now = self.sim_now
+        stamp = self._stamp(msg, now)
+        try:
+            tfs = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
+            rows = [p.positions for p in msg.points]
+        except Exception:  # never crash on input
+            tfs, rows = [], []
+        verdict = self.chunk_executor.offer_trajectory(msg.joint_names, stamp, tfs, rows, now)
+        self._verdict(verdict, 'action chunk', stamp)
+
+    def _on_command(self, msg: JointState) -> None:
+        now = self.sim_now
+        stamp = self._stamp(msg, now)
+        verdict = self.chunk_executor.offer_command(msg.name, stamp, msg.position, now)
+        self._verdict(verdict, 'joint command', stamp)
+
+    def _on_command_array(self, msg: Float64MultiArray) -> None:
+        now = self.sim_now
+        verdict = self.chunk_executor.offer_command(None, now, msg.data, now)
+        self._verdict(verdict, 'joint command', now)
+
+    def _on_reset_service(self, request: Any, response: Any) -> Any:
+        with self._reset_done:
+            target = self._reset_serial + 1
+            self._reset_request.set()
+            ok = self._reset_done.wait_for(
+                lambda: self._reset_serial >= target or self._stop.is_set(), timeout=10.0)
+        response.success = bool(ok and self._reset_serial >= target)
+        response.message = (f'reset #{self.resets}, cube seed {self._seed}' if response.success
+                            else 'reset did not happen (simulation stopped or stalled)')
+        return response
+
+    # ------------------------------------------------------------------ simulation thread
+    def _run(self) -> None:
+        try:
+            self._publish_state(self.sim_now)
+            while not self._stop.is_set():
+                delay = self.pacer.delay()
+                if delay > 0 and self._stop.wait(delay):
+                    break
+                if self._reset_request.is_set():
+                    self._do_reset()
+                self._step()
+        except Exception as exc:
+            if not self._stop.is_set() and self.context.ok():
+                self._fail(f'simulation stopped: {type(exc).__name__}: {exc}\n'
+                           f'{traceback.format_exc()}')
+
+    def _step(self) -> None:
+        now = self.clock_start + self.pacer.elapsed
+        self._sim_now = now
+        cmd = self.chunk_executor.step(now)
+        self.scene.step(cmd.positions)
+        self.pacer.advance()
+        after = self.clock_start + self.pacer.elapsed
+        self._sim_now = after
+        self.rates.step(time.monotonic(), self.pacer.elapsed)
+        self._publish_executed(now, cmd)
+        self._publish_state(after)
+        self._step_count += 1
+        if self.camera_every and self._step_count % self.camera_every == 0:
+            data = self.scene.physics.data.ptr
+            self.renderer.submit(after, data.qpos.copy(), data.mocap_pos.copy(),
+                                 data.mocap_quat.copy())
+        if cmd.event:
+            self._on_event(cmd, now)
+
+    def _on_event(self, cmd: Command, now: float) -> None:
+        if cmd.event == 'loss':
+            what = ('action chunk' if self.p['command_source'] == 'trajectory'
+                    else 'fresh per-step command')
+            self.get_logger().warning(
+                f'command loss: no {what} covers sim time {now:.3f} (held '
+                f'{cmd.held_s * 1e3:.0f} ms); holding the last command '
+                f'{np.round(cmd.positions, 3).tolist()} until chunks arrive again')
+        else:
+            self.get_logger().info(f'commands resumed at sim time {now:.3f} '
+                                   f'(loss #{self.chunk_executor.counts().get("losses", 0)})')
+        self.publish_diagnostics()
+
+    def _do_reset(self) -> None:
+        self._reset_request.clear()
+        if self.renderer is not None:
+            self.renderer.clear()
+        self.resets += 1
+        self._seed = self.p['seed'] + self.resets
+        q = self.scene.reset(self._seed)
+        now = self.clock_start + self.pacer.elapsed
+        self.chunk_executor.reset(q, now)
+        self.pacer.restart()  # the next step publishes the new state (stamps stay increasing)
+        self.get_logger().info(f'reset #{self.resets}: arms at the start pose, cube seed '
+                               f'{self._seed}, sim time {now:.3f}')
+        with self._reset_done:
+            self._reset_serial += 1
+            self._reset_done.notify_all()
+
+    # ------------------------------------------------------------------ publishing
+    def _publish_state(self, t: float) -> None:
+        stamp = sec_to_stamp(t)
+        msg = JointState(name=list(JOINT_NAMES),
+                         position=self.scene.joint_positions().tolist(),
+                         velocity=self.scene.joint_velocities().tolist())
+        msg.header.stamp, msg.header.frame_id = stamp, self.p['frame_id']
+        self.joint_pub.publish(msg)
+        if self.clock_pub is not None:
+            self.clock_pub.publish(Clock(clock=stamp))
+
+    def _publish_executed(self, t: float, cmd: Command) -> None:
+        msg = JointState(name=list(JOINT_NAMES), position=cmd.positions.tolist())
+        msg.header.stamp, msg.header.frame_id = sec_to_stamp(t), cmd.state.value
+        self.executed_pub.publish(msg)
+
+    def _publish_images(self, stamp: float, images: dict[str, np.ndarray], render_s: float) -> None:
+        fmt = self.p['image_format']
+        try:
+            for cam, rgb in images.items():
+                if fmt in ('jpeg', 'png'):
+                    msg = rgb_to_compressed_msg(rgb, fmt, self.p['jpeg_quality'], stamp, cam)
+                else:
+                    msg = rgb_to_image_msg(rgb, fmt, stamp, cam)
+                self.camera_pubs[cam].publish(msg)
+        except Exception:
+            if self._stop.is_set() or not self.context.ok():
+                return
+            raise
+        self.rates.frame(time.monotonic(), render_s)
+
+    def summary(self) -> dict[str, Any]:
+        """Status values: state, sim time, rates, counters and chunk ages (see module doc)."""
+        values: dict[str, Any] = {'state': self.chunk_executor.state.value,
+                                  'sim_time': round(self.pacer.elapsed, 3),
+                                  'target_real_time_factor': self.p['real_time_factor']}
+        values.update({k: round(v, 3) for k, v in self.rates.summary(time.monotonic()).items()})
+        values.update({k: (round(v, 2) if math.isfinite(v) else None)
+                       for k, v in self.chunk_executor.age_stats().items()})
+        counts = self.chunk_executor.counts()
+        for key in ('steps', 'executed_steps', 'wait_steps', 'hold_steps', 'limited_steps',
+                    'chunks_received', 'chunks_executed', 'commands_received', 'late_points',
+                    'same_stamp', 'losses', 'resumes'):
+            values[key] = counts.get(key, 0)
+        for v in Verdict:
+            if v not in (Verdict.ACCEPTED, Verdict.WRONG_SOURCE):
+                values[v.value] = counts.get(v.value, 0)
+        values.update(accepted=counts.get(Verdict.ACCEPTED.value, 0), resets=self.resets,
+                      overruns=self.pacer.overruns,
+                      camera_frames=self.renderer.frames if self.renderer else 0,
+                      camera_skipped=self.renderer.skipped if self.renderer else 0)
+        return values
+
+    def publish_diagnostics(self) -> None:
+        """Publish the ``aloha_sim: executor`` status on /diagnostics (any thread)."""
+        values = self.summary()
+        state = values['state']
+        if self.failure:
+            level, message = _ERROR, self.failure.splitlines()[0]
+        elif state == ExecState.LOST.value:
+            level, message = _WARN, (f'command loss: holding the last command (losses '
+                                     f'{values["losses"]})')
+        elif state == ExecState.WAITING.value:
+            level, message = _WARN, 'waiting for the first action chunk; holding the start pose'
+        else:
+            level = _OK
+            message = (f'{state}: {values["sim_step_hz"]:.1f} steps/s, real-time factor '
+                       f'{values["real_time_factor"]:.2f}')
+        status = DiagnosticStatus(
+            level=bytes([level]), name=STATUS_NAME, hardware_id='mujoco', message=message,
+            values=[KeyValue(key=k, value='' if v is None else str(v)) for k, v in values.items()])
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = sec_to_stamp(self.sim_now)
+        try:
+            self.diag_pub.publish(msg)
+        except Exception:
+            if self.context.ok() and not self._stop.is_set():
+                raise
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console script ``aloha_sim``: run until SIGINT; returns the exit status (see module doc)."""
+    rclpy.init(args=args)
+    try:
+        node = AlohaSimNode()
+    except ParamError as exc:
+        rclpy.logging.get_logger(NODE_NAME).error(str(exc))
+        rclpy.try_shutdown()
+        return 2
+    except (ImportError, RuntimeError) as exc:
+        rclpy.logging.get_logger(NODE_NAME).error(f'cannot start the simulation: '
+                                                  f'{type(exc).__name__}: {exc}')
+        rclpy.try_shutdown()
+        return 1
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    node.start()
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.stop()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 1 if node.failure else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
