@@ -54,6 +54,8 @@ class InferenceWorker:
         self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
         self.rejected_requests = 0
         self.failed_requests = 0
+        self.repeated_observations = 0
+        self._last_stamp: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -103,8 +105,13 @@ class InferenceWorker:
             for err in assembly.errors:
                 self._report('bad_image', f'{err}; image dropped', WARN)
             obs = assembly.observation
+        if obs is not None and obs.stamp == self._last_stamp:
+            obs = None  # same instant as the last frame (a late camera of that instant): no new frame
+            self.repeated_observations += 1
         if obs is None and self._engine.running == 0:
             return
+        if obs is not None:
+            self._last_stamp = obs.stamp
         if obs is not None:
             self._engine.submit_observation(obs)
             if self._out.model_input:

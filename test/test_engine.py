@@ -300,3 +300,13 @@ def test_engine_reproducible_across_instances(policy):
     assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0]))
     assert {k: v.token_ids for k, v in a[1].items()} == {k: v.token_ids for k, v in b[1].items()}
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_warmup_leaves_no_trace(policy):
+    eng = Engine(policy, EngineConfig(tasks=TASKS))
+    eng.warmup(2)
+    assert eng.frame_id == 0 and eng.pool.blocks.num_in_use == 0 and eng.running == 0 and eng.queued == 0
+    eng.submit_observation(make_obs(0))
+    cold = Engine(policy, EngineConfig(tasks=TASKS))
+    cold.submit_observation(make_obs(0))
+    assert np.array_equal(eng.step().action.actions, cold.step().action.actions)

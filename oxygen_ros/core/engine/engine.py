@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
+
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
 from ..config import ConfigError, EngineConfig
@@ -216,6 +218,19 @@ class Engine:
                 if not batch:
                     break
                 self._decode_once(batch, m)
+
+    def warmup(self, frames: int = 1) -> None:
+        """Run ``frames`` throw-away frames on a blank observation (first-call allocations, kernel
+        selection) so the first real frame is not slow. Leaves no trace: frame ids restart at 0
+        and nothing is queued or held. Call before submitting anything."""
+        slots = self.policy.cfg.image_slots
+        size = self.policy.cfg.vision.image_size
+        blank = {slots[0]: np.zeros((size, size, 3), np.uint8)}
+        state = np.zeros(self.policy.normalizer.state_dim, np.float32)
+        for _ in range(frames):
+            self.submit_observation(Observation(images=blank, state=state, instruction="warm up"))
+            self.step()
+        self.frame_id = 0
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:
