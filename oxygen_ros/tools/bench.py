@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..core.cache.kv_pool import KVPool
 from ..core.config import EngineConfig, TaskConfig
 from ..core.engine.engine import Engine
 from ..core.engine.requests import RequestStatus
@@ -105,9 +106,10 @@ def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_t
             running = max(running, len(lens))
         peak = max(peak, need)
     reserve = bf(max_prefix_tokens)
-    return EngineConfig(mode=mode, tokens_per_frame=pt.k, block_size=BLOCK_SIZE, kv_blocks=max(peak + reserve, 2 * reserve),
-                        max_running_requests=running, max_queued_requests=max(64, 2 * running), seed=pt.seed,
-                        num_denoise_steps=pt.steps, tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),))
+    return EngineConfig(mode=mode, tokens_per_frame=pt.k, block_size=BLOCK_SIZE,
+                        kv_blocks=max(peak + reserve, 2 * reserve), max_running_requests=running,
+                        max_queued_requests=max(64, 2 * running), seed=pt.seed, num_denoise_steps=pt.steps,
+                        tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),))
 
 
 def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostModel, meter: MemoryMeter,
@@ -142,11 +144,15 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
                 r = e.step()
                 rec = probe.frame(r.metrics)
                 rec.update(frame=f, warmup=f < pt.warmup, transient=meter.after_step(), running=e.running,
-                           queued=e.queued, arrivals=len(sched[f]),
-                           latencies=[x.latency for x in r.ended if x.status == RequestStatus.FINISHED])
+                           queued=e.queued, arrivals=len(sched[f]))
                 runs[m]["rejected"] += sum(x.status == RequestStatus.REJECTED for x in r.ended)
                 runs[m]["errors"] += int(r.error is not None or r.action is None)
-                runs[m]["frames"].append(rec)
+                frames = runs[m]["frames"]
+                frames.append(rec)
+                # request latency in this mode's own time (engine frame id = this mode's step index):
+                # from its submission (start of its first step) to the end of this step
+                rec["latencies"] = [sum(g["T"] for g in frames[res.frame_id:]) for res in r.ended
+                                    if res.status == RequestStatus.FINISHED]
                 if not rec["warmup"]:
                     seen.update(rec["batches"])
                 bar.update(1)
@@ -179,15 +185,48 @@ def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
         e.close()
 
 
+def _no_cuda(a: argparse.Namespace) -> str | None:
+    """Why this run cannot start (CUDA asked for but absent), or ``None``."""
+    if (a.gpu or (a.device or "").startswith("cuda")) and not torch.cuda.is_available():
+        return (f"bench: {'--gpu' if a.gpu else '--device ' + a.device} needs a CUDA device, but "
+                f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA build "
+                f"{torch.version.cuda or 'none'}). Run `bench --quick` on a CPU.")
+    return None
+
+
+def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespace, meter: MemoryMeter,
+              t_start: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every point in turn (with a progress bar); points that would overrun ``--max-minutes`` are
+    skipped. Returns (point results, skipped point keys)."""
+    from tqdm import tqdm
+    costs = CostModel(policy, block_size=BLOCK_SIZE, min_samples=a.cost_samples)
+    warm_up(policy, points[0].layout, a.modes)
+    bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame", disable=a.no_progress,
+               file=sys.stderr, dynamic_ncols=True)
+    results, skipped, last = [], [], 0.0
+    for pt in points:
+        if a.max_minutes and time.perf_counter() - t_start + last > 60 * a.max_minutes:
+            skipped.append(pt.key)
+            continue
+        bar.set_description(pt.key)
+        t0 = time.perf_counter()
+        results.append(run_point(policy, pt, a.modes, costs, meter, bar))
+        last = time.perf_counter() - t0
+    bar.close()
+    return results, skipped
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA)."""
     a = parse_args(argv)
-    if a.gpu or (a.device or "").startswith("cuda"):
-        if not torch.cuda.is_available():
-            print(f"bench: {'--gpu' if a.gpu else '--device ' + a.device} needs a CUDA device, but "
-                  f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA build "
-                  f"{torch.version.cuda or 'none'}). Run `bench --quick` on a CPU.", file=sys.stderr)
-            return 2
+    why = _no_cuda(a)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    points = make_points(a)
+    if not points:
+        print("bench: no sweep point (does any --k divide any --tokens?)", file=sys.stderr)
+        return 2
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -195,10 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     out = a.out or Path("out/bench") / f"{a.profile}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    points = make_points(a)
-    if not points:
-        print("bench: no sweep point (does any --k divide any --tokens?)", file=sys.stderr)
-        return 2
     t_start = time.perf_counter()
     env = environment(device, dtype)
     warnings = _load_warning(env) if device.type == "cpu" else []
@@ -207,38 +242,21 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - t_start
     policy.eos_id = -1  # ignore EOS (as vLLM's benchmarks): every request emits exactly its budget
     meter = MemoryMeter(device)
-    costs = CostModel(policy, block_size=BLOCK_SIZE, min_samples=a.cost_samples)
-    warm_up(policy, points[0].layout, a.modes)
-    from tqdm import tqdm
-    bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame",
-               disable=a.no_progress, file=sys.stderr, dynamic_ncols=True)
-    results, skipped, last = [], [], 0.0
-    for pt in points:
-        elapsed = time.perf_counter() - t_start
-        if a.max_minutes and elapsed + last > 60 * a.max_minutes:
-            skipped.append(pt.key)
-            continue
-        bar.set_description(pt.key)
-        t0 = time.perf_counter()
-        results.append(run_point(policy, pt, a.modes, costs, meter, bar))
-        last = time.perf_counter() - t0
-    bar.close()
-    bpb = 2 * policy.cfg.vlm.depth * BLOCK_SIZE * policy.cfg.vlm.num_kv_heads * policy.cfg.vlm.head_dim * \
-        torch.empty((), dtype=policy.model.dtype).element_size()
+    results, skipped = run_sweep(policy, points, a, meter, t_start)
+    c = policy.cfg.vlm
+    bpb = KVPool.bytes_per_block(c.depth, BLOCK_SIZE, c.num_kv_heads, c.head_dim, policy.model.dtype)
     rows = [summarize_mode(res["point"], m, run, meter.base, bpb) for res in results for m, run in res["modes"].items()]
     add_ratios(rows)
-    by_key = {res["point"]["key"]: res["point"] for res in results}
-    doc = {"schema": "oxygen_ros.bench/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:] if argv is None else argv,
-           "profile": a.profile, "environment": finish_environment(env),
-           "settings": {"preset": preset, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-                        "horizon": a.horizon, "frames": a.frames, "modes": a.modes, "seed": a.seed,
-                        "block_size": BLOCK_SIZE, "model_build_s": build_s, "ignore_eos": True,
-                        "request": "empty template (first token from the prefix), greedy",
-                        "memory_method": meter.method, "memory_base_mb": meter.base / 2**20,
-                        "kv_bytes_per_block": bpb, "warnings": warnings, "interleave": "frame by frame, order rotated each frame"},
-           "points": results, "summary": rows,
-           "targets": check_targets(rows, by_key, device.type == "cuda"), "skipped": skipped,
-           "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
+    settings = {"preset": preset, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+                "horizon": a.horizon, "frames": a.frames, "modes": a.modes, "seed": a.seed, "block_size": BLOCK_SIZE,
+                "model_build_s": build_s, "ignore_eos": True, "request": "empty template (first token from the "
+                "prefix), greedy", "memory_method": meter.method, "memory_base_mb": meter.base / 2**20,
+                "kv_bytes_per_block": bpb, "warnings": warnings, "interleave": "frame by frame, order rotated"}
+    doc = {"schema": "oxygen_ros.bench/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "argv": sys.argv[1:] if argv is None else list(argv), "profile": a.profile,
+           "environment": finish_environment(env), "settings": settings, "points": results, "summary": rows,
+           "targets": check_targets(rows, {r["point"]["key"]: r["point"] for r in results}, device.type == "cuda"),
+           "skipped": skipped, "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
            "duration_s": time.perf_counter() - t_start}
     doc["plots"] = [] if a.no_plots else _plots(doc, out)
     doc["missing"] = missing_fields(doc)
