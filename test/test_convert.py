@@ -245,17 +245,10 @@ def test_rgb_builders_reject_bad_input():
         rgb_to_compressed_msg(np.zeros((4, 4, 3), np.uint8), quality=0)
 
 
-def test_image_msg_data_is_filled_quickly():
-    """Assigning bytes (not an ndarray) keeps a 480x640 frame well under the ~86 ms slow path."""
-    import time
-
+def test_large_image_msg_round_trip():
+    """A 480x640 frame goes through rgb_to_image_msg (bytes assignment) and back unchanged."""
     rgb = _picture(480, 640, seed=7)
-    best = math.inf
-    for _ in range(3):  # best of three: robust to a busy CI machine
-        start = time.perf_counter()
-        out = image_to_rgb(rgb_to_image_msg(rgb, 'bgr8'))
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.05
+    out = image_to_rgb(rgb_to_image_msg(rgb, 'bgr8'))
     np.testing.assert_array_equal(out, rgb)
 
 

@@ -310,3 +310,27 @@ def test_warmup_leaves_no_trace(policy):
     cold = Engine(policy, EngineConfig(tasks=TASKS))
     cold.submit_observation(make_obs(0))
     assert np.array_equal(eng.step().action.actions, cold.step().action.actions)
+
+
+def test_isolated_metrics_count_private_prefills_and_decode_once(policy):
+    eng = Engine(policy, EngineConfig(mode="isolated", tasks=TASKS))
+    eng.submit_observation(make_obs(0))
+    eng.submit_request("conversation", "a", 4)
+    eng.submit_request("conversation", "b", 4)
+    stages = []
+    real = eng.runner.prefill
+
+    def counting(*a, **k):
+        out = real(*a, **k)
+        stages.append(out.stage_times)
+        return out
+
+    eng.runner.prefill = counting
+    m_iso = eng.step().metrics
+    assert len(stages) == 3  # the action prefill plus one private copy per request
+    assert abs(m_iso.prefill - sum(st["prefill"] for st in stages)) < 1e-9
+    assert abs(m_iso.vision - sum(st["vision"] for st in stages)) < 1e-9
+    assert m_iso.decode_steps > 0 and m_iso.decode > 0
+    assert 0.0 <= m_iso.extra["start"] < m_iso.frame_time
+    total = m_iso.vision + m_iso.prefill + m_iso.denoise + m_iso.decode + m_iso.extra["start"] + m_iso.bookkeeping
+    assert abs(total - m_iso.frame_time) < 1e-6

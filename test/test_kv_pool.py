@@ -63,7 +63,7 @@ def test_paged_prefill_extend_denoise_match_dense():
     own = [BlockTable(pool.blocks) for _ in range(b)]
     past = [tables[i].slots + own[i].slots for i in range(b)]
     new = [own[i].append(int(ev[i].sum())) for i in range(b)]
-    l_paged = m.decode_step(PagedExtendView(pool, past, new, ev), ids, ev)
+    l_paged = m.decode_step(PagedExtendView.from_lists(pool, past, new, ev), ids, ev)
     l_dense = m.decode_step(dense.extend_view(ev), ids, ev)
     assert torch.allclose(l_dense, l_paged, atol=1e-5)
     ids2 = torch.tensor([[11], [12]])
@@ -71,7 +71,7 @@ def test_paged_prefill_extend_denoise_match_dense():
     past = [tables[i].slots + own[i].slots for i in range(b)]
     new = [own[i].append(1) for i in range(b)]
     assert torch.allclose(m.decode_step(dense.extend_view(ev2), ids2, ev2),
-                          m.decode_step(PagedExtendView(pool, past, new, ev2), ids2, ev2), atol=1e-5)
+                          m.decode_step(PagedExtendView.from_lists(pool, past, new, ev2), ids2, ev2), atol=1e-5)
 
 
 def test_bytes_per_block():

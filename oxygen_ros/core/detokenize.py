@@ -18,7 +18,23 @@ from __future__ import annotations
 
 import operator
 import re
+import weakref
 from typing import Any
+
+_SPECIAL_IDS: "weakref.WeakKeyDictionary[Any, frozenset[int]]" = weakref.WeakKeyDictionary()
+
+
+def special_ids(tokenizer: Any) -> frozenset[int]:
+    """Special token ids of ``tokenizer``, computed once per tokenizer object (transformers 5
+    rebuilds ``added_tokens_decoder`` on every access, ~1 ms — too slow once per request)."""
+    ids = _SPECIAL_IDS.get(tokenizer)
+    if ids is None:
+        found = set(getattr(tokenizer, "all_special_ids", []) or [])
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        found |= {int(i) for i, t in added.items() if getattr(t, "special", False)}
+        ids = _SPECIAL_IDS[tokenizer] = frozenset(found)
+    return ids
+
 
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 _REPLACEMENT = "\ufffd"
@@ -47,11 +63,7 @@ class IncrementalDetokenizer:
         self._read = 0  # ids[:read] have been emitted
         self._hold_cache: dict[int, bool] = {}
         self._finished = False
-        self._special: set[int] = set()
-        if skip_special_tokens:
-            self._special = set(getattr(tokenizer, "all_special_ids", []) or [])
-            added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-            self._special |= {int(i) for i, t in added.items() if getattr(t, "special", False)}
+        self._special: frozenset[int] = special_ids(tokenizer) if skip_special_tokens else frozenset()
 
     @property
     def token_ids(self) -> list[int]:

@@ -82,7 +82,7 @@ class CostModel:
             ctx = self._ctx
         if batch not in ctx["views"]:
             valid = torch.ones(batch, 1, dtype=torch.bool)
-            view = PagedExtendView(ctx["runner"].pool, ctx["past"][:batch], ctx["new"][:batch], valid)
+            view = PagedExtendView.from_lists(ctx["runner"].pool, ctx["past"][:batch], ctx["new"][:batch], valid)
             ctx["views"][batch] = (view, torch.ones(batch, 1, dtype=torch.long),
                                    valid.to(self.model.device))
             self._timed(lambda: self.model.decode_step(*ctx["views"][batch]))  # first call: untimed warm-up

@@ -164,7 +164,6 @@ class BlockTable:
         self.pool = pool
         self.blocks: list[int] = blocks or []
         self.num_tokens = num_tokens
-        self._slots: list[int] = [self.slot(i) for i in range(num_tokens)]
 
     @property
     def capacity(self) -> int:
@@ -184,16 +183,19 @@ class BlockTable:
 
     def append(self, n: int) -> list[int]:
         """Claim the next ``n`` slots (allocating blocks if needed); returns their slot ids."""
+        first = self.num_tokens
+        self.advance(n)
+        return [self.slot(first + i) for i in range(n)]
+
+    def advance(self, n: int) -> None:
+        """Claim the next ``n`` slots without listing them (allocating blocks if needed)."""
         self.reserve(self.num_tokens + n)
-        new = [self.slot(self.num_tokens + i) for i in range(n)]
-        self._slots.extend(new)
         self.num_tokens += n
-        return new
 
     @property
     def slots(self) -> list[int]:
-        """Slot ids of all filled tokens, in order (do not mutate)."""
-        return self._slots
+        """Slot ids of all filled tokens, in order."""
+        return [self.slot(i) for i in range(self.num_tokens)]
 
     def release(self, fence: object | None = None) -> None:
         """Drop this table's reference to all its blocks."""
@@ -201,4 +203,3 @@ class BlockTable:
             self.pool.free(self.blocks, fence)
         self.blocks = []
         self.num_tokens = 0
-        self._slots = []

@@ -50,15 +50,15 @@ class KVPool:
                 self.v[layer].index_select(0, flat).view(b, n, *self.v.shape[2:]))
 
 
-def pad_slots(rows: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
-    """Right-pad per-row slot lists with slot 0 → (``[B, L]`` int64 slots, ``[B]`` int64 lengths)."""
-    lengths = [len(r) for r in rows]
-    width = max(lengths) if lengths else 0
-    out = torch.zeros(len(rows), max(width, 1), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-    return out.to(device), torch.as_tensor(lengths, dtype=torch.long).to(device)
+def pad_slots(rows: list[list[int]] | list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Right-pad per-row slot lists (or 1-D tensors) with slot 0 → (``[B, L]`` int64 slots,
+    ``[B]`` int64 lengths)."""
+    tensors = [r if isinstance(r, Tensor) else torch.as_tensor(r, dtype=torch.long) for r in rows]
+    lengths = torch.as_tensor([t.numel() for t in tensors], dtype=torch.long)
+    if not tensors or int(lengths.max()) == 0:
+        return torch.zeros(len(tensors), 1, dtype=torch.long, device=device), lengths.to(device)
+    out = torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True)
+    return out.to(device), lengths.to(device)
 
 
 class PagedPrefillView:
@@ -91,37 +91,51 @@ class PagedExtendView:
 
     Args:
         pool: the K/V pool.
-        past_slots: per row, slot ids of the already stored tokens (prefix then own tokens).
-        new_slots: per row, slot ids claimed for its valid new tokens (``len == valid[b].sum()``).
+        read: ``[B, W]`` int64 slot ids of each row's tokens after this step (stored tokens, then
+            the new ones), padded with any slot; ``W >= lengths.max()``.
+        lengths: ``[B]`` tokens per row after this step; past: ``[B]`` tokens stored before it.
+        new_slots: ``[N]`` slot ids of the valid new tokens, row-major (``N = valid.sum()``).
         valid: ``[B, T]`` bool, valid tokens first.
 
-    Positions continue the row's sequence: ``len(past_slots[b]) + i``.
+    Positions continue each row's sequence: ``past[b] + i``. Building it copies no K/V: the
+    batch is only these index tensors (the engine keeps one slot row per request).
     """
 
-    def __init__(self, pool: KVPool, past_slots: list[list[int]], new_slots: list[list[int]], valid: Tensor) -> None:
+    def __init__(self, pool: KVPool, read: Tensor, lengths: Tensor, past: Tensor, new_slots: Tensor,
+                 valid: Tensor) -> None:
         self.pool = pool
         dev = pool.device
-        rows = [p + n for p, n in zip(past_slots, new_slots)]
-        self._read, lengths = pad_slots(rows, dev)
-        past = torch.as_tensor([len(p) for p in past_slots], dtype=torch.long, device=dev)
-        valid = valid.to(dev)
+        self._read = read.to(dev)
+        lengths, past, valid = lengths.to(dev), past.to(dev), valid.to(dev)
         self.positions = past[:, None] + valid.long().cumsum(-1) - 1
         s = torch.arange(self._read.shape[1], device=dev)
         self.allowed = (s[None, None, :] <= self.positions[:, :, None]) & (s[None, None, :] < lengths[:, None, None])
         self.positions = self.positions.clamp_min(0)
         self._rows, self._cols = valid.nonzero(as_tuple=True)
-        self._new = torch.as_tensor([s for r in new_slots for s in r], dtype=torch.long, device=dev)
+        self._new = new_slots.to(dev)
+        if self._new.numel() != self._rows.numel():
+            raise ValueError(f"{self._new.numel()} new slots for {self._rows.numel()} valid new tokens")
+
+    @classmethod
+    def from_lists(cls, pool: KVPool, past_slots: list[list[int]], new_slots: list[list[int]],
+                   valid: Tensor) -> "PagedExtendView":
+        """Build from per-row slot lists: ``past_slots[b]`` stored tokens, ``new_slots[b]`` slots
+        claimed for its valid new tokens."""
+        read, lengths = pad_slots([p + n for p, n in zip(past_slots, new_slots)], pool.device)
+        past = torch.as_tensor([len(p) for p in past_slots], dtype=torch.long)
+        new = torch.as_tensor([x for r in new_slots for x in r], dtype=torch.long)
+        return cls(pool, read, lengths, past, new, valid)
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.pool.write(layer, self._new, k[self._rows, self._cols], v[self._rows, self._cols])
         return self.pool.gather(layer, self._read)
 
 
-def paged_denoise_view(pool: KVPool, prefix_slots: list[list[int]], horizon: int):
+def paged_denoise_view(pool: KVPool, prefix_slots: list[list[int]] | list[Tensor], horizon: int):
     """Action-expert view over prefixes stored in the pool (gathered once, then read-only).
 
     Args:
-        prefix_slots: per row, the slot ids of its prefix tokens.
+        prefix_slots: per row, the slot ids of its prefix tokens (lists or 1-D int64 tensors).
         horizon: ``H`` action tokens.
     """
     read, lengths = pad_slots(prefix_slots, pool.device)

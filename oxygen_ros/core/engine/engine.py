@@ -175,10 +175,13 @@ class Engine:
         self.book.rejected(rejected)
         if not admitted:
             return
+        staged = m.vision + m.prefill + m.decode  # model time spent inside this call is not "start"
         with self.streams.decode():
             for r in admitted:
                 if self.cfg.mode == "isolated":
                     own_prefix = self.runner.prefill(enc, prefix.frame_id, BlockTable(self.pool.blocks))
+                    m.vision += own_prefix.stage_times["vision"]
+                    m.prefill += own_prefix.stage_times["prefill"]
                     self.book.attach(r, own_prefix, shared=False)
                 else:
                     self.book.attach(r, prefix, shared=True)
@@ -190,7 +193,7 @@ class Engine:
             else:
                 self.book.accept(admitted, *self.runner.start(admitted))
             self.streams.sync()
-        m.extra["start"] = time.perf_counter() - t
+        m.extra["start"] = time.perf_counter() - t - (m.vision + m.prefill + m.decode - staged)
 
     def _decode_once(self, batch: list[LanguageRequest], m: FrameMetrics) -> None:
         t = time.perf_counter()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView, paged_denoise_view
@@ -27,7 +28,8 @@ class FramePrefix:
     """A prefilled observation prefix held in pool blocks.
 
     ``blocks`` carry one reference for the frame itself plus one per language request using it.
-    ``slots[i]`` is the pool slot of the token at position ``i``; ``last_hidden`` is ``[1, W]``.
+    ``slots[i]`` is the pool slot of the token at position ``i`` (``slot_tensor``: the same as a
+    CPU int64 tensor); ``last_hidden`` is ``[1, W]``.
     """
 
     frame_id: int
@@ -35,12 +37,15 @@ class FramePrefix:
     slots: list[int]
     last_hidden: torch.Tensor
     stage_times: dict[str, float] = field(default_factory=dict)
+    slot_tensor: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.slot_tensor = torch.as_tensor(self.slots, dtype=torch.long)  # built once, shared
 
     @property
     def length(self) -> int:
         """Valid prefix tokens."""
         return len(self.slots)
-
 
 class Runner:
     """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
@@ -80,14 +85,35 @@ class Runner:
         Raises:
             NonFiniteActionError: the model produced NaN/inf.
         """
-        view = paged_denoise_view(self.pool, [prefix.slots], self.model.cfg.action_horizon)
+        view = paged_denoise_view(self.pool, [prefix.slot_tensor], self.model.cfg.action_horizon)
         x = self.model.sample_actions(view, noise.to(self.model.device), num_steps)
         return self.policy.normalizer.unnormalize_actions(x[0].float().cpu().numpy())
 
     # ------------------------------------------------------------------ text
     @staticmethod
-    def _past(r: LanguageRequest) -> list[int]:
-        return r.runtime["prefix"].slots + r.runtime["table"].slots
+    def _row(r: LanguageRequest) -> torch.Tensor:
+        """The request's slot row: its prefix slots, then every slot reserved for its own tokens
+        (all its blocks are reserved at admission). Built once per request; a batch step only
+        slices these rows, so joining or leaving a batch copies nothing."""
+        row = r.runtime.get("row")
+        if row is None:
+            table = r.runtime["table"]
+            own = torch.as_tensor([table.slot(j) for j in range(table.capacity)], dtype=torch.long)
+            row = r.runtime["row"] = torch.cat([r.runtime["prefix"].slot_tensor, own])
+        return row
+
+    def _extend_view(self, reqs: list[LanguageRequest], counts: list[int], valid: torch.Tensor) -> PagedExtendView:
+        """View appending ``counts[i]`` tokens to request ``i`` (claims the slots in its table)."""
+        rows = [self._row(r) for r in reqs]
+        past = [r.runtime["prefix"].length + r.runtime["table"].num_tokens for r in reqs]
+        for r, n in zip(reqs, counts):
+            r.runtime["table"].advance(n)  # within the blocks reserved at admission
+        lengths = [p + n for p, n in zip(past, counts)]
+        width = max(lengths)
+        read = torch.stack([row[:width] if row.numel() >= width else F.pad(row, (0, width - row.numel()))
+                            for row in rows])
+        new = torch.cat([row[p:p + n] for row, p, n in zip(rows, past, counts)])
+        return PagedExtendView(self.pool, read, torch.as_tensor(lengths), torch.as_tensor(past), new, valid)
 
     def _sample(self, reqs: list[LanguageRequest], logits: torch.Tensor) -> tuple[list[int], list[bool]]:
         params = [SamplingParams(r.temperature, r.top_k, r.seed) for r in reqs]
@@ -110,13 +136,10 @@ class Runner:
             width = max(len(r.prompt_ids) for r in with_prompt)
             ids = torch.zeros(len(with_prompt), width, dtype=torch.long)
             valid = torch.zeros(len(with_prompt), width, dtype=torch.bool)
-            past, new = [], []
             for i, r in enumerate(with_prompt):
                 ids[i, : len(r.prompt_ids)] = torch.as_tensor(r.prompt_ids)
                 valid[i, : len(r.prompt_ids)] = True
-                past.append(self._past(r))
-                new.append(r.runtime["table"].append(len(r.prompt_ids)))
-            view = PagedExtendView(self.pool, past, new, valid)
+            view = self._extend_view(with_prompt, [len(r.prompt_ids) for r in with_prompt], valid)
             logits = self.model.decode_step(view, ids, valid.to(self.model.device))
             t, ok = self._sample(with_prompt, logits)
             for r, ti, oi in zip(with_prompt, t, ok):
@@ -133,8 +156,6 @@ class Runner:
         """One batched decode step: feed each request's pending token, sample the next."""
         ids = torch.as_tensor([[r.pending] for r in reqs], dtype=torch.long)
         valid = torch.ones(len(reqs), 1, dtype=torch.bool)
-        past = [self._past(r) for r in reqs]
-        new = [r.runtime["table"].append(1) for r in reqs]
-        view = PagedExtendView(self.pool, past, new, valid)
+        view = self._extend_view(reqs, [1] * len(reqs), valid)
         logits = self.model.decode_step(view, ids, valid.to(self.model.device))
         return self._sample(reqs, logits)

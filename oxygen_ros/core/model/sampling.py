@@ -43,8 +43,9 @@ def sample_rows(logits: Tensor, params: list[SamplingParams],
         (token ids, ok flags) — ``ok[b]`` is false when row ``b``'s distribution is not finite
         (its token id is then -1).
     """
-    finite = torch.isfinite(logits).all(-1).tolist()
-    greedy = logits.argmax(-1).tolist()
+    # One device->host transfer; a row's sum is non-finite iff the row holds a NaN/inf (finite
+    # logits of any realistic size cannot overflow float32 when summed).
+    greedy, finite = torch.stack((logits.argmax(-1), torch.isfinite(logits.sum(-1)).long())).tolist()
     out, ok = [], []
     for b, p in enumerate(params):
         if not finite[b]:
