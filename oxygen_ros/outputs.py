@@ -9,6 +9,7 @@ reported, so nothing non-finite ever reaches the wire.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rclpy.lifecycle import LifecycleNode

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from oxygen_ros.core.config import IMAGE_SLOTS
-from oxygen_ros.core.processing import (InvalidInputError, NonFiniteActionError, Normalizer, PromptTokenizer,
-                                        PromptTooLongError, format_template, prepare_images, resize_with_pad)
-from oxygen_ros.core.prompt import discretize_state
+from oxygen_ros.core.processing import (InvalidInputError, NonFiniteActionError, Normalizer, prepare_images,
+                                        resize_with_pad)
+from oxygen_ros.core.prompt import PromptTokenizer, PromptTooLongError, discretize_state, format_template
 from oxygen_ros.core.tokenizer import build_tokenizer
 from oxygen_ros.core.types import NormStats
 

@@ -254,13 +254,5 @@ class Normalizer:
         return y
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy re-export of the prompt API (prompt.py imports this module's errors, so no cycle).
-    if name in ("PromptTokenizer", "PromptTooLongError", "format_template"):
-        from oxygen_ros.core import prompt
-        return getattr(prompt, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["InvalidInputError", "NonFiniteActionError", "QUANTILE_EPS", "resize_with_pad", "prepare_images",
-           "Normalizer", "PromptTokenizer", "PromptTooLongError", "format_template"]
+           "Normalizer"]
