@@ -131,6 +131,31 @@ class PagedExtendView:
         return self.pool.gather(layer, self._read)
 
 
+class PagedDecodeView:
+    """One decode step (one new token per row) over fixed slot rows — the cheap per-step view.
+
+    Args:
+        pool: the K/V pool.
+        read: ``[B, W]`` slot rows on the pool's device (each row: its sequence's slots in
+            position order, at least ``pos[b] + 1`` long; slots past ``pos[b]`` are masked), reused
+            unchanged for every step of a frame while the batch stays the same.
+        pos: ``[B]`` int64 position of each row's new token (= tokens stored before it).
+    """
+
+    def __init__(self, pool: KVPool, read: Tensor, pos: Tensor) -> None:
+        self.pool = pool
+        self._read = read
+        pos = pos.to(read.device)
+        self.positions = pos[:, None]
+        self._new = read.gather(1, pos[:, None])[:, 0]
+        s = torch.arange(read.shape[1], device=read.device)
+        self.allowed = (s[None, :] <= pos[:, None])[:, None, :]
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.pool.write(layer, self._new, k[:, 0], v[:, 0])
+        return self.pool.gather(layer, self._read)
+
+
 def paged_denoise_view(pool: KVPool, prefix_slots: list[list[int]] | list[Tensor], horizon: int):
     """Action-expert view over prefixes stored in the pool (gathered once, then read-only).
 

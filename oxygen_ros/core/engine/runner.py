@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cache.block_pool import BlockTable
-from ..cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView, paged_denoise_view
+from ..cache.kv_pool import KVPool, PagedDecodeView, PagedExtendView, PagedPrefillView, paged_denoise_view
 from ..model.sampling import SamplingParams, sample_rows
 from ..policy import EncodedObservation, Pi05Policy
 from .requests import LanguageRequest
@@ -50,11 +50,14 @@ class FramePrefix:
 class Runner:
     """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
 
+    DECODE_SLACK = 16  # spare columns of a stacked decode batch (steps before it is rebuilt)
+
     def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams) -> None:
         self.policy = policy
         self.model = policy.model
         self.pool = pool
         self.streams = streams
+        self._plan: tuple[tuple[int, ...], torch.Tensor, int] | None = None  # decode rows of the batch
 
     # ------------------------------------------------------------------ prefix
     @torch.inference_mode()
@@ -153,9 +156,24 @@ class Runner:
 
     @torch.inference_mode()
     def decode(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
-        """One batched decode step: feed each request's pending token, sample the next."""
+        """One batched decode step: feed each request's pending token, sample the next.
+
+        The batch's slot rows are stacked once and reused for the following steps while the
+        batch is unchanged (with ``DECODE_SLACK`` spare columns); a step then only computes the
+        new positions.
+        """
         ids = torch.as_tensor([[r.pending] for r in reqs], dtype=torch.long)
-        valid = torch.ones(len(reqs), 1, dtype=torch.bool)
-        view = self._extend_view(reqs, [1] * len(reqs), valid)
-        logits = self.model.decode_step(view, ids, valid.to(self.model.device))
+        past = [r.runtime["prefix"].length + r.runtime["table"].num_tokens for r in reqs]
+        key = tuple(r.id for r in reqs)
+        if self._plan is None or self._plan[0] != key or max(past) >= self._plan[2]:
+            width = max(past) + 1 + self.DECODE_SLACK
+            rows = [self._row(r) for r in reqs]
+            read = torch.stack([row[:width] if row.numel() >= width else F.pad(row, (0, width - row.numel()))
+                                for row in rows]).to(self.pool.device)
+            self._plan = (key, read, width)
+        for r in reqs:
+            r.runtime["table"].advance(1)  # within the blocks reserved at admission
+        view = PagedDecodeView(self.pool, self._plan[1], torch.as_tensor(past))
+        valid = torch.ones(len(reqs), 1, dtype=torch.bool, device=self.model.device)
+        logits = self.model.decode_step(view, ids, valid)
         return self._sample(reqs, logits)
