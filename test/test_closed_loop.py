@@ -22,7 +22,8 @@ pytest.importorskip('gym_aloha')
 
 from domain_coordinator import domain_id  # noqa: E402
 
-from oxygen_ros.tools.closed_loop import _checks, build_parser, format_report  # noqa: E402
+from oxygen_ros.tools.closed_loop import build_parser  # noqa: E402
+from oxygen_ros.tools.closed_loop_report import checks as _checks, format_report  # noqa: E402
 
 
 def _run_loop(tmp_path, *extra: str, timeout: float = 170.0) -> tuple[dict, str, int]:

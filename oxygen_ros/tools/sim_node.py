@@ -37,7 +37,6 @@ oxygen_ros.tools.sim_node ...``); together with the oxygen node: ``launch/sim.la
 
 from __future__ import annotations
 
-import collections
 import json
 import math
 import os
@@ -45,7 +44,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,7 +52,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CompressedImage, Image, JointState
@@ -62,10 +59,13 @@ from std_msgs.msg import Empty, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp, stamp_to_sec
-from oxygen_ros.params import ParamError, ParamSpec, declare, read_values
-from oxygen_ros.qos import QOS_NAMES, qos_from_name, reliable_qos
-from oxygen_ros.tools.sim_executor import SOURCES, ChunkExecutor, Command, ExecState, Verdict
-from oxygen_ros.tools.sim_scene import DEFAULT_CAMERAS, JOINT_NAMES, SimScene
+from oxygen_ros.params import ParamError, declare, read_values
+from oxygen_ros.qos import qos_from_name, reliable_qos
+from oxygen_ros.tools.sim_executor import ChunkExecutor, Command, ExecState, Verdict
+from oxygen_ros.tools.sim_params import (_ERROR, _OK, _WARN, NODE_NAME, STATUS_NAME,
+                                         sim_specs)
+from oxygen_ros.tools.sim_runtime import Pacer, Rates, Renderer
+from oxygen_ros.tools.sim_scene import JOINT_NAMES, SimScene
 
 try:  # std_srvs is optional: without it only the ~/reset topic exists
     from std_srvs.srv import Trigger
@@ -73,253 +73,6 @@ except ImportError:  # pragma: no cover - depends on the installation
     Trigger = None
 
 __all__ = ['AlohaSimNode', 'Pacer', 'main', 'sim_specs', 'STATUS_NAME']
-
-NODE_NAME = 'aloha_sim'
-STATUS_NAME = f'{NODE_NAME}: executor'
-DEFAULT_CAMERA_TOPICS = ('cam_high/image_raw/compressed', 'cam_left_wrist/image_raw/compressed',
-                         'cam_right_wrist/image_raw/compressed')
-IMAGE_FORMATS = ('jpeg', 'png', 'rgb8', 'bgr8')
-COMMAND_TYPES = ('joint_state', 'float64_multi_array')
-_S, _I, _F, _B = (Parameter.Type.STRING, Parameter.Type.INTEGER, Parameter.Type.DOUBLE,
-                  Parameter.Type.BOOL)
-_SA = Parameter.Type.STRING_ARRAY
-_OK, _WARN, _ERROR = 0, 1, 2
-
-
-def sim_specs() -> list[ParamSpec]:
-    """Every parameter of the ``aloha_sim`` node (names, types, defaults, ranges, descriptions)."""
-    qos = tuple(QOS_NAMES)
-    return [
-        ParamSpec('control_rate_hz', _F, 50.0, 'Control (command) rate of the simulation, Hz; '
-                  '1/rate must be a whole number of 2 ms physics steps. Match the oxygen node: '
-                  'control_period_s = 1/rate.', 1.0, 500.0),
-        ParamSpec('real_time_factor', _F, 1.0, 'Simulated seconds per wall-clock second '
-                  '(1 = real time; 0 = as fast as possible). Not 1: publish /clock and run the '
-                  'other nodes with use_sim_time.', 0.0, 100.0),
-        ParamSpec('publish_clock', _B, False, 'Publish rosgraph_msgs/Clock on /clock every step.'),
-        ParamSpec('clock_start', _F, 0.0, 'Simulation clock at start, seconds since the Unix '
-                  'epoch (0 = the wall clock at start).', 0.0, 2.0e9),
-        ParamSpec('max_lag_s', _F, 0.25, 'Wall-clock lag behind the pacing target beyond which the '
-                  'sim stops catching up (real time: the clock jumps ahead), seconds.', 0.01, 60.0),
-        ParamSpec('seed', _I, 0, 'Cube placement seed of the first episode (each reset adds 1).',
-                  0, 2**31 - 1),
-        ParamSpec('cameras', _SA, list(DEFAULT_CAMERAS), 'MJCF cameras to render, in order '
-                  '(empty = no cameras).'),
-        ParamSpec('camera_topics', _SA, list(DEFAULT_CAMERA_TOPICS), 'Image topic of each camera '
-                  '(same length as cameras).'),
-        ParamSpec('image_format', _S, 'jpeg', 'jpeg/png: sensor_msgs/CompressedImage; rgb8/bgr8: '
-                  'sensor_msgs/Image.', choices=IMAGE_FORMATS),
-        ParamSpec('jpeg_quality', _I, 90, 'JPEG quality (1..100).', 1, 100),
-        ParamSpec('image_width', _I, 160, 'Rendered image width, pixels.', 8, 640),
-        ParamSpec('image_height', _I, 120, 'Rendered image height, pixels.', 8, 480),
-        ParamSpec('camera_rate_hz', _F, 10.0, 'Camera frames per simulated second (0 = none); '
-                  'the period is rounded to the nearest whole number of control steps.', 0.0,
-                  500.0),
-        ParamSpec('render_shadows', _B, False, 'Render shadows and reflections (much slower on '
-                  'CPU).'),
-        ParamSpec('camera_qos', _S, 'sensor_data', 'QoS profile name of the images.', choices=qos),
-        ParamSpec('joint_state_topic', _S, 'joint_states', 'sensor_msgs/JointState output.'),
-        ParamSpec('joint_state_qos', _S, 'sensor_data', 'QoS profile name of the joint states.',
-                  choices=qos),
-        ParamSpec('frame_id', _S, '', 'header.frame_id of joint states (images: the camera name).'),
-        ParamSpec('command_source', _S, 'trajectory', "'trajectory': execute JointTrajectory "
-                  "chunks from action_topic; 'stream': per-step commands from command_topic.",
-                  choices=SOURCES),
-        ParamSpec('action_topic', _S, 'action_chunk', 'trajectory_msgs/JointTrajectory input.'),
-        ParamSpec('action_qos', _S, 'reliable', 'QoS profile name of the chunks.', choices=qos),
-        ParamSpec('command_topic', _S, 'joint_command', 'Per-step command input (stream source).'),
-        ParamSpec('command_type', _S, 'joint_state', "Per-step command message: 'joint_state' "
-                  "(stamped, by joint name) or 'float64_multi_array' (ALOHA order, receive time).",
-                  choices=COMMAND_TYPES),
-        ParamSpec('command_qos', _S, 'reliable', 'QoS profile name of the command stream.',
-                  choices=qos),
-        ParamSpec('command_timeout_s', _F, 0.1, 'A stream command older than this is no longer '
-                  'applied (the last one is held), seconds.', 0.001, 60.0),
-        ParamSpec('loss_timeout_s', _F, 0.25, 'A hold (no chunk/command covers the step) this '
-                  'long is reported as a command loss, simulated seconds.', 0.0, 60.0),
-        ParamSpec('max_joint_speed', _F, 3.0, 'Speed limit of the applied command per joint, '
-                  'rad/s (grippers: normalised opening per s); 0 = none.', 0.0, 1000.0),
-        ParamSpec('diagnostics_period_s', _F, 1.0, 'Period of /diagnostics, wall seconds.',
-                  0.05, 60.0),
-    ]
-
-
-class Pacer:
-    """Paces simulation steps against a wall clock (ROS-free).
-
-    Args:
-        step_s: simulated seconds per step (> 0).
-        rtf: target real-time factor (simulated / wall seconds); 0 = unpaced.
-        max_lag_s: wall seconds behind the target beyond which catching up stops: with
-            ``rtf == 1`` the simulated clock jumps ahead by the lag (so it keeps following the
-            wall clock), otherwise the pacing restarts from the current step.
-        wall: monotonic wall clock (seconds), injectable for tests.
-    """
-
-    def __init__(self, step_s: float, rtf: float, max_lag_s: float,
-                 wall: Callable[[], float] = time.monotonic) -> None:
-        self.step_s, self.rtf, self.max_lag_s, self._wall = step_s, rtf, max_lag_s, wall
-        self.elapsed = 0.0  # simulated seconds since start
-        self.overruns = 0
-        self._w0, self._s0 = wall(), 0.0
-
-    def delay(self) -> float:
-        """Wall seconds to wait before the next step (0 when due); handles falling behind."""
-        if self.rtf <= 0:
-            return 0.0
-        now = self._wall()
-        target = self._w0 + (self.elapsed - self._s0) / self.rtf
-        if now - target > self.max_lag_s:
-            self.overruns += 1
-            if self.rtf == 1.0:
-                self.elapsed += now - target  # real time: the sim clock keeps up with the wall
-            self._w0, self._s0 = now, self.elapsed
-            return 0.0
-        return max(0.0, target - now)
-
-    def advance(self) -> None:
-        """Account one simulated step."""
-        self.elapsed += self.step_s
-
-    def restart(self) -> None:
-        """Pace from now on (after a pause such as a reset)."""
-        self._w0, self._s0 = self._wall(), self.elapsed
-
-
-class _Rates:
-    """Sliding-window rates over wall time (thread-safe)."""
-
-    def __init__(self, window_s: float = 5.0) -> None:
-        self.window_s = window_s
-        self._lock = threading.Lock()
-        self._steps: collections.deque[tuple[float, float]] = collections.deque()
-        self._frames: collections.deque[tuple[float, float]] = collections.deque()
-
-    def _trim(self, q: collections.deque, now: float) -> None:
-        while len(q) > 2 and now - q[0][0] > self.window_s:
-            q.popleft()
-
-    def step(self, wall: float, sim: float) -> None:
-        with self._lock:
-            self._steps.append((wall, sim))
-            self._trim(self._steps, wall)
-
-    def frame(self, wall: float, render_s: float) -> None:
-        with self._lock:
-            self._frames.append((wall, render_s))
-            self._trim(self._frames, wall)
-
-    def summary(self, now: float) -> dict[str, float]:
-        with self._lock:
-            self._trim(self._steps, now)
-            self._trim(self._frames, now)
-            steps, frames = list(self._steps), list(self._frames)
-        out = {'sim_step_hz': 0.0, 'real_time_factor': 0.0, 'camera_hz': 0.0, 'render_ms': 0.0}
-        if len(steps) > 1 and steps[-1][0] > steps[0][0]:
-            span = steps[-1][0] - steps[0][0]
-            out['sim_step_hz'] = (len(steps) - 1) / span
-            out['real_time_factor'] = (steps[-1][1] - steps[0][1]) / span
-        if len(frames) > 1 and frames[-1][0] > frames[0][0]:
-            out['camera_hz'] = (len(frames) - 1) / (frames[-1][0] - frames[0][0])
-        if frames:
-            out['render_ms'] = float(np.median([f[1] for f in frames])) * 1e3
-        return out
-
-
-class _Renderer:
-    """Renders camera snapshots in its own thread with its own MuJoCo renderer and ``MjData``.
-
-    ``submit`` hands over a kinematic snapshot (qpos, mocap) with its stamp; the thread renders
-    the newest one. A snapshot still pending when the next arrives is replaced (``skipped``).
-    """
-
-    def __init__(self, model: Any, cameras: tuple[str, ...], size: tuple[int, int],
-                 shadows: bool, publish: Callable[[float, dict[str, np.ndarray], float], None],
-                 on_error: Callable[[str], None]) -> None:
-        self._model, self._cameras, self._size, self._shadows = model, cameras, size, shadows
-        self._publish, self._on_error = publish, on_error
-        self._cond = threading.Condition()
-        self._pending: tuple | None = None
-        self._stop = False
-        self.skipped = 0
-        self.frames = 0
-        self.ready = threading.Event()
-        self.error = ''
-        self._thread = threading.Thread(target=self._run, name='aloha-sim-render', daemon=True)
-
-    def start(self, timeout: float = 60.0) -> None:
-        """Start the thread and wait until the GL context exists.
-
-        Raises:
-            RuntimeError: the renderer could not be created (message from MuJoCo).
-        """
-        self._thread.start()
-        if not self.ready.wait(timeout) or self.error:
-            raise RuntimeError(f'camera renderer failed to start: {self.error or "timeout"}')
-
-    def submit(self, stamp: float, qpos: np.ndarray, mocap_pos: np.ndarray,
-               mocap_quat: np.ndarray) -> None:
-        with self._cond:
-            if self._pending is not None:
-                self.skipped += 1
-            self._pending = (stamp, qpos, mocap_pos, mocap_quat)
-            self._cond.notify()
-
-    def clear(self) -> None:
-        """Drop a pending snapshot (reset)."""
-        with self._cond:
-            self._pending = None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        import mujoco
-
-        renderer = None
-        try:
-            h, w = self._size
-            renderer = mujoco.Renderer(self._model, h, w)
-            data = mujoco.MjData(self._model)
-        except Exception as exc:  # GL / EGL problems: reported by start()
-            self.error = f'{type(exc).__name__}: {exc}'
-            self.ready.set()
-            return
-        self.ready.set()
-        flags = mujoco.mjtRndFlag
-        try:
-            while True:
-                with self._cond:
-                    while self._pending is None and not self._stop:
-                        self._cond.wait()
-                    if self._stop:
-                        return
-                    stamp, qpos, mocap_pos, mocap_quat = self._pending
-                    self._pending = None
-                t0 = time.perf_counter()
-                data.qpos[:] = qpos
-                if mocap_pos.size:
-                    data.mocap_pos[:] = mocap_pos
-                    data.mocap_quat[:] = mocap_quat
-                mujoco.mj_forward(self._model, data)
-                images = {}
-                for cam in self._cameras:
-                    renderer.update_scene(data, camera=cam)
-                    renderer.scene.flags[flags.mjRND_SHADOW] = int(self._shadows)
-                    renderer.scene.flags[flags.mjRND_REFLECTION] = int(self._shadows)
-                    images[cam] = renderer.render()
-                self.frames += 1
-                self._publish(stamp, images, time.perf_counter() - t0)
-        except Exception as exc:
-            self.error = f'{type(exc).__name__}: {exc}'
-            self._on_error(f'camera rendering stopped: {self.error}\n{traceback.format_exc()}')
-        finally:
-            renderer.close()
-
 
 class AlohaSimNode(Node):
     """The simulated ALOHA robot (see module doc). Call :meth:`start` after creation and
@@ -359,7 +112,7 @@ class AlohaSimNode(Node):
             stream_timeout_s=p['command_timeout_s'])
         every = p['camera_rate_hz'] * self.step_s
         self.camera_every = max(1, math.floor(1.0 / every + 0.5)) if every > 0 and cams else 0
-        self.rates = _Rates()
+        self.rates = Rates()
         self.resets = 0
         self.failure = ''
         self._warned: set[str] = set()
@@ -409,7 +162,7 @@ class AlohaSimNode(Node):
 
         self.renderer = None
         if self.camera_every:
-            self.renderer = _Renderer(self.scene.physics.model.ptr, cams,
+            self.renderer = Renderer(self.scene.physics.model.ptr, cams,
                                       (p['image_height'], p['image_width']),
                                       p['render_shadows'], self._publish_images, self._fail)
             self.renderer.start()
