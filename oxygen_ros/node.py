@@ -7,8 +7,8 @@ Lifecycle (rclpy.lifecycle):
 - *deactivate*: stop them, drop buffered input; *cleanup*: free the model and the KV pool.
 With ``autostart`` (default) :func:`main` takes the node to *active* right away.
 
-Threads: a MultiThreadedExecutor runs the callbacks (callback groups: sensors, language inputs,
-command timer, diagnostics timer, lifecycle services) and one inference thread runs the engine
+Threads: a SingleThreadedExecutor runs the (short) callbacks (callback groups: sensors, language
+inputs, command timer, diagnostics timer, lifecycle services) and one inference thread runs the engine
 (:mod:`oxygen_ros.inference`). /diagnostics is published in every state.
 """
 
@@ -21,7 +21,7 @@ import time
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from oxygen_ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
@@ -206,8 +206,14 @@ class OxygenNode(LifecycleNode):
 def main(args: list[str] | None = None) -> int:
     """Console script ``oxygen_node``: run the node until SIGINT; returns the exit status (0)."""
     rclpy.init(args=args)
+    # The inference thread issues hundreds of short torch calls per frame, each needing the GIL;
+    # with the default 5 ms switch interval a busy executor thread (a topic flood) makes it wait
+    # up to 5 ms per call. A short interval keeps the action path responsive.
+    sys.setswitchinterval(0.00005)
     node = OxygenNode()
-    executor = MultiThreadedExecutor(num_threads=4)
+    # One executor thread: every callback is short (inference has its own thread). rclpy's
+    # MultiThreadedExecutor busy-spins over its task list and starves the inference thread of the GIL.
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
         if node.get_parameter('autostart').value is not False:

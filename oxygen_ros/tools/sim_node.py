@@ -50,7 +50,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -429,7 +429,9 @@ def main(args: list[str] | None = None) -> int:
                                                   f'{type(exc).__name__}: {exc}')
         rclpy.try_shutdown()
         return 1
-    executor = MultiThreadedExecutor(num_threads=2)
+    # Physics and rendering run in their own threads; callbacks are short. rclpy's
+    # MultiThreadedExecutor busy-spins over its task list and starves those threads of the GIL.
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     node.start()
     try:
