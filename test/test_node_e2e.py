@@ -59,6 +59,7 @@ def test_chunks_and_streamed_text_end_to_end(tmp_path):
                     got_text = peer.wait_for(lambda: peer.messages('conversation/text'), 40)
                     peer.wait_for(lambda: len(peer.messages('memory/text')) >= 2, 10)
                     peer.wait_for(lambda: len(peer.messages('action_chunk')) >= 20, 10)
+                    peer.wait_for(lambda: len(peer.messages('forward_position_controller/commands')) > 60, 10)
                 finally:
                     assert stop_process(pub) == 0
                 assert node.poll() is None, 'node died'
