@@ -95,7 +95,8 @@ def test_chunks_and_streamed_text_end_to_end(tmp_path):
     assert len(texts) == 1 and deltas == texts[0]
     mem_texts = [m.data for m in peer.messages('memory/text')]
     mem_deltas = ''.join(m.data for m in peer.messages('memory/delta'))
-    assert mem_texts and mem_deltas.startswith(''.join(mem_texts))
+    # the newest text may arrive before its last deltas (two topics, stopped right after it)
+    assert mem_texts and mem_deltas.startswith(''.join(mem_texts[:-1]))
     diags = [_diag_values(m) for m in peer.messages('/diagnostics')]
     active = [d for d in diags if d.get('state') == 'active' and float(d.get('chunk_hz', 0)) > 0]
     assert active, diags[-3:]
