@@ -67,7 +67,7 @@ class Engine:
         self.streams = DeviceStreams(policy.model.device)
         self.runner = Runner(policy, self.pool, self.streams)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
-        self.book = RequestBook(self)
+        self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
         self.frame_id = 0
         self.dropped_observations = 0

@@ -19,15 +19,24 @@ from ..types import TextDelta
 from .requests import LanguageRequest, RequestResult, RequestStatus
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..cache.kv_pool import KVPool
+    from ..config import EngineConfig
+    from ..policy import Pi05Policy
     from .runner import FramePrefix
+    from .scheduler import Scheduler
+    from .streams import DeviceStreams
 
 
 class RequestBook:
-    """Owns request state transitions for one :class:`Engine`."""
+    """Owns request state transitions for one engine (the parts it needs, passed in explicitly)."""
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, cfg: "EngineConfig", scheduler: "Scheduler", policy: "Pi05Policy", pool: "KVPool",
+                 streams: "DeviceStreams") -> None:
+        self.cfg = cfg
+        self.scheduler = scheduler
+        self.policy = policy
+        self.pool = pool
+        self.streams = streams
         self._next_id = 1
         self._live: dict[int, LanguageRequest] = {}
         self._deltas: list[TextDelta] = []
@@ -40,7 +49,7 @@ class RequestBook:
     def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
                     top_k: int | None, seed: int | None, stop_ids: tuple[int, ...]) -> LanguageRequest:
         """Validate arguments and build a QUEUED request (raises ``KeyError`` / ``ValueError``)."""
-        t = self.engine.cfg.task(task)
+        t = self.cfg.task(task)
         n = t.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
@@ -63,25 +72,25 @@ class RequestBook:
     def enqueue(self, reqs: list[LanguageRequest]) -> None:
         """Queue new requests; a full queue rejects with a reason."""
         for r in reqs:
-            reason = self.engine.scheduler.enqueue(r)
+            reason = self.scheduler.enqueue(r)
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
     def periodic(self, frame_id: int) -> None:
         """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``."""
-        for t in self.engine.cfg.tasks:
+        for t in self.cfg.tasks:
             if t.every_n_frames and frame_id % t.every_n_frames == 0:
                 self.enqueue([self.new_request(t.name, "", None, None, None, None, ())])
 
     def prepare_prompts(self, instruction: str) -> None:
         """Fill the template of each queued request with the current instruction and tokenize it;
         a template or prompt error rejects that request with the reason."""
-        sched = self.engine.scheduler
-        tok = self.engine.policy.prompt
+        sched = self.scheduler
+        tok = self.policy.prompt
         keep = []
         for r in list(sched.queue):
             try:
-                r.prompt = format_template(self.engine.cfg.task(r.task).template, text=r.text,
+                r.prompt = format_template(self.cfg.task(r.task).template, text=r.text,
                                            instruction=instruction)
                 r.prompt_ids = tok.tokenize_continuation(r.prompt) if r.prompt else []
                 keep.append(r)
@@ -98,23 +107,23 @@ class RequestBook:
     def attach(self, r: LanguageRequest, prefix: "FramePrefix", shared: bool) -> None:
         """Start ``r`` on ``prefix``: take a reference (shared) or own it (private copy), reserve
         its own blocks for prompt + ``max_new_tokens``."""
-        pool = self.engine.pool.blocks
+        pool = self.pool.blocks
         if shared:
             pool.incref(prefix.blocks)
         table = BlockTable(pool)
         table.reserve(len(r.prompt_ids) + r.max_new_tokens)
         r.runtime.update(prefix=prefix, table=table,
-                         detok=IncrementalDetokenizer(self.engine.policy.tokenizer),
+                         detok=IncrementalDetokenizer(self.policy.tokenizer),
                          generator=torch.Generator().manual_seed(r.seed) if r.seed is not None else None)
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
-        self.engine.scheduler.running.append(r)
+        self.scheduler.running.append(r)
 
     # ------------------------------------------------------------------ tokens
     def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:
         """Apply one sampled token per request: emit a delta, or finish on EOS/stop/length, or fail
         on a non-finite distribution."""
-        eos = self.engine.policy.eos_id
+        eos = self.policy.eos_id
         now = time.perf_counter()
         for r, t, ok in zip(reqs, toks, oks):
             if r.status != RequestStatus.RUNNING:
@@ -149,7 +158,7 @@ class RequestBook:
         """Cancel queued or running requests by id (no further deltas)."""
         if not ids:
             return
-        sched = self.engine.scheduler
+        sched = self.scheduler
         for r in [r for r in sched.queue if r.id in ids]:
             sched.queue.remove(r)
             self._end(r, RequestStatus.CANCELLED, "cancelled")
@@ -166,9 +175,9 @@ class RequestBook:
             self.rejected_total += 1
         rt = r.runtime
         if "table" in rt:
-            fence = self.engine.streams.fence()
+            fence = self.streams.fence()
             rt.pop("table").release(fence)
-            self.engine.pool.blocks.free(rt.pop("prefix").blocks, fence)
+            self.pool.blocks.free(rt.pop("prefix").blocks, fence)
         rt.clear()
         self._live.pop(r.id, None)
         self._ended.append(RequestResult.of(r))
