@@ -93,14 +93,16 @@ class Pi05Policy:
             CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset or
                 a bad override; ValueError: ``config_overrides`` with a checkpoint folder.
         """
-        from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
+        from .model.ckpt_files import require_norm_stats
+        from .model.weights import checkpoint_folder, load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if os.path.isdir(str(path_or_preset)):
+        if checkpoint_folder(path_or_preset) is not None:
             if config_overrides:
                 raise ValueError("config_overrides applies to presets only, not to checkpoint folders")
             model, _cfg, stats, _meta = load_pretrained(path_or_preset, device=device, dtype=dtype)
+            require_norm_stats(stats, _meta.folder, _meta.layout, _meta.norm_info, _meta.asset_id)
             from .tokenizer import load_tokenizer
             tok = load_tokenizer(path_or_preset)
         else:

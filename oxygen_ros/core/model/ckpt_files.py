@@ -107,27 +107,93 @@ def config_from_lerobot(d: dict[str, Any], src: str = "config.json") -> ModelCon
     return cfg
 
 
-def resolve_config(folder: Path, layout: str) -> tuple[ModelConfig, str, dict[str, Any]]:
-    """The model config of a folder: ``oxygen_config.json`` if present, else derived from the
-    layout's ``config.json``.
+def _merge(base: dict[str, Any], over: dict[str, Any], where: str) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if k not in base:
+            raise CheckpointError(f"{where}: unknown key {k!r} (known: {sorted(base)})")
+        out[k] = _merge(base[k], v, f"{where}.{k}") if isinstance(base[k], dict) and isinstance(v, dict) else v
+    return out
+
+
+def resolve_config(folder: Path, layout: str, shapes: dict[str, tuple[int, ...]] | None = None
+                   ) -> tuple[ModelConfig, str, dict[str, Any], list[str]]:
+    """The model config of a checkpoint folder.
+
+    1. ``config.json`` of the layout (openpi or LeRobot ``PI05Config``) gives the architecture
+       variant and the non-tensor settings (horizon, steps, prompt length); without it, the
+       ``pi05`` preset;
+    2. with ``shapes``, every dimension the tensors determine replaces it
+       (:func:`.ckpt_shapes.config_from_shapes`) — a ``config.json`` that names ``gemma_2b`` for a
+       tiny model still loads;
+    3. ``oxygen_config.json``, when present, overrides field by field: the full file that
+       :func:`~.weights.save_pretrained` writes (it has ``name``: used as it is, nothing derived),
+       or a partial one without ``name``, such as ``{"vision": {"num_heads": 2}}`` for what shapes
+       cannot tell.
 
     Returns:
-        (config, source file name, the raw layout ``config.json`` or ``{}``).
+        (config, source: ``"config.json"`` / ``"oxygen_config.json"`` / ``"config.json+oxygen_config.json"``,
+        the raw layout ``config.json`` or ``{}``, the fields taken from tensor shapes as
+        ``"vlm.width: 2048 -> 64"`` lines).
 
     Raises:
-        CheckpointError: no usable config, or an unsupported/invalid one (the field is named).
+        CheckpointError: no usable config, an unsupported/invalid field (named), unknown keys in
+            ``oxygen_config.json``, or a dimension that neither shapes nor ``oxygen_config.json``
+            determine (the message says exactly what to add).
     """
+    from .ckpt_shapes import config_from_shapes, diff_configs
+
     raw = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    if (folder / OXYGEN_CONFIG).is_file():
+    over = read_json(folder / OXYGEN_CONFIG) if (folder / OXYGEN_CONFIG).is_file() else None
+    if not raw and over is None:
+        raise CheckpointError(f"{folder}: neither {OXYGEN_CONFIG} nor config.json found")
+    if over is not None and "name" in over:  # a complete config (what save_pretrained writes)
         try:
-            return ModelConfig.from_dict(read_json(folder / OXYGEN_CONFIG)), OXYGEN_CONFIG, raw
+            return ModelConfig.from_dict(over), OXYGEN_CONFIG, raw, []
         except (ConfigError, TypeError, KeyError) as e:
             raise CheckpointError(f"{folder / OXYGEN_CONFIG}: {e}") from e
-    if not raw:
-        raise CheckpointError(f"{folder}: neither {OXYGEN_CONFIG} nor config.json found")
     src = str(folder / "config.json")
-    cfg = config_from_lerobot(raw, src) if layout == "lerobot" else config_from_openpi(raw, src)
-    return cfg, "config.json", raw
+    base = get_preset("pi05")
+    if raw:
+        try:
+            base = config_from_lerobot(raw, src) if layout == "lerobot" else config_from_openpi(raw, src)
+        except CheckpointError:
+            if over is None:  # e.g. our own "oxygen:<name>" variants: oxygen_config.json says the rest
+                raise
+    cfg, unresolved = base, []
+    if shapes:
+        cfg, _changes, unresolved = config_from_shapes(base, shapes, layout)
+    source = "config.json"
+    if over is not None:
+        source = f"config.json+{OXYGEN_CONFIG}" if raw else OXYGEN_CONFIG
+        unresolved = [u for u in unresolved if not _given(over, u)]
+        try:
+            cfg = ModelConfig.from_dict(_merge(cfg.to_dict(), over, OXYGEN_CONFIG))
+        except (ConfigError, TypeError, KeyError, ValueError) as e:
+            raise CheckpointError(f"{folder / OXYGEN_CONFIG}: {e}") from e
+    if unresolved:
+        names = ", ".join(unresolved)
+        example = "{\"vision\": {\"num_heads\": N}}" if unresolved[0] == "vision.num_heads" else \
+            "{\"vlm\": {\"num_heads\": N, \"head_dim\": D}}"
+        raise CheckpointError(
+            f"{folder}: the tensors do not have the sizes of the variants config.json names, and {names} "
+            f"cannot be read from tensor shapes; add it to {folder / OXYGEN_CONFIG}, e.g. {example} "
+            f"(a partial {OXYGEN_CONFIG} overrides the derived config field by field)")
+    derived = diff_configs(base, cfg)
+    if derived:
+        cfg = dataclasses.replace(cfg, name=f"{base.name}[{folder.name}]")
+    try:
+        cfg = cfg.validate()
+    except ConfigError as e:
+        raise CheckpointError(f"{folder}: {e}") from e
+    return cfg, source, raw, derived
+
+
+def _given(over: dict[str, Any], field: str) -> bool:
+    owner, _, name = field.partition(".")
+    name = name.split("/")[0].split(" ")[0]
+    sub = over.get(owner)
+    return isinstance(sub, dict) and name in sub
 
 
 def _variant_name(g: GemmaConfig, fallback: str) -> str:
@@ -267,6 +333,30 @@ def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, An
     return out, info
 
 
+def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
+                       norm_info: dict[str, Any] | None = None, asset_id: str | None = None) -> None:
+    """Raise unless ``stats`` has both ``state`` and ``actions`` (what a policy needs).
+
+    Raises:
+        CheckpointError: naming the missing quantities and the file(s) the loader read or expected
+            for them (openpi ``assets/<asset_id>/norm_stats.json``; LeRobot's processor files), and
+            the ``norm_stats`` console tool that writes them from one's own bags.
+    """
+    missing = [k for k in ("state", "actions") if k not in stats]
+    if not missing:
+        return
+    if layout == "openpi":
+        where = f"{folder / 'assets' / (asset_id or '<asset_id>') / 'norm_stats.json'} with entries 'state' and 'actions'"
+    else:
+        info = norm_info or {}
+        pre = info.get("state_file") or "policy_preprocessor_step_<i>_normalizer_processor.safetensors"
+        post = info.get("action_file") or POST_STATS
+        where = (f"{folder / PRE_JSON} naming a normalizer_processor state file ({folder / pre}) with "
+                 f"observation.state.q01/q99, and {folder / post} (or the preprocessor file) with action.q01/q99")
+    raise CheckpointError(f"{folder}: no normalisation statistics for {' and '.join(missing)}; expected {where}. "
+                          f"Compute them from your robot's bags with `norm_stats` (README: 'Norm stats from your bags')")
+
+
 def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelConfig) -> None:
     """Write the pi05 processor pipelines and their normaliser state files (LeRobot format).
 
@@ -310,4 +400,4 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
 
 __all__ = ["OXYGEN_CONFIG", "VARIANTS", "read_json", "write_json", "config_from_openpi", "config_from_lerobot",
            "resolve_config", "openpi_config_json", "lerobot_config_json", "read_openpi_stats",
-           "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats"]
+           "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats", "require_norm_stats"]

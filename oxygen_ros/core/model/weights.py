@@ -48,6 +48,8 @@ class CheckpointInfo:
         skipped_keys: checkpoint keys deliberately ignored (the expert LM head).
         restored_keys: own keys filled from their tied partner (the embedding from the LM head).
         dtypes: parameter dtype -> number of parameters with it, after loading.
+        derived_from_shapes: config fields taken from the tensor shapes because ``config.json``
+            named other sizes, as ``"vlm.width: 2048 -> 64"`` lines.
     """
 
     layout: str
@@ -59,6 +61,7 @@ class CheckpointInfo:
     skipped_keys: list[str] = field(default_factory=list)
     restored_keys: list[str] = field(default_factory=list)
     dtypes: dict[str, int] = field(default_factory=dict)
+    derived_from_shapes: list[str] = field(default_factory=list)
 
 
 def weight_index(folder: Path) -> dict[str, Path]:
@@ -147,8 +150,8 @@ def plan_load(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, 
 
 def target_dtype(own_key: str, device: torch.device, dtype: torch.dtype | None) -> torch.dtype:
     """dtype policy: fp32 on CPU; bf16 on CUDA; ``dtype`` overrides. Under a 16-bit dtype the Gemma
-    norms (incl. adaRMS ``dense``) stay fp32, as openpi ``to_bfloat16_for_selected_params``; the SigLIP
-    patch/position embeddings do not yet (see :data:`.keymap.SIGLIP_FP32_PATTERNS`)."""
+    norms (incl. adaRMS ``dense``) and the SigLIP patch/position embeddings stay fp32, as openpi
+    ``to_bfloat16_for_selected_params`` (see :func:`.keymap.keep_fp32`)."""
     want = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     return torch.float32 if want.itemsize < 4 and keep_fp32(own_key) else want
 
@@ -182,6 +185,29 @@ def checkpoint_shapes(cfg: ModelConfig, layout: str = "lerobot") -> dict[str, tu
     return {own_to_ckpt(k, layout): tuple(v.shape) for k, v in _meta_model(cfg).state_dict().items()}
 
 
+def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
+    """The checkpoint folder ``path_or_preset`` names, or ``None`` for a model preset name.
+
+    A folder wins over a preset of the same name. Anything else is an error, so that a mistyped
+    path says so instead of "unknown preset".
+
+    Raises:
+        CheckpointError: the path does not exist (the known presets are listed too), or is a file.
+    """
+    from ..config import PRESETS
+
+    p = Path(str(path_or_preset)).expanduser()
+    if p.is_dir():
+        return p
+    if str(path_or_preset) in PRESETS:
+        return None
+    if p.exists():
+        raise CheckpointError(f"model {str(path_or_preset)!r} is a file, not a checkpoint folder (pass the folder "
+                              f"holding {WEIGHTS} and config.json)")
+    raise CheckpointError(f"model {str(path_or_preset)!r}: checkpoint folder {p.resolve()} does not exist "
+                          f"(and it is not a model preset: {sorted(PRESETS)})")
+
+
 def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     *, asset_id: str | None = None
                     ) -> tuple[Pi05Model, ModelConfig, dict[str, NormStats], CheckpointInfo]:
@@ -206,20 +232,25 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         CheckpointError: unknown layout, bad config, any missing/unexpected/wrongly shaped key, tied
             LM head differing from the embedding, malformed norm stats.
     """
-    folder, device = Path(folder), torch.device(device)
-    if not folder.is_dir():
+    folder, device = Path(folder).expanduser(), torch.device(device)
+    if not folder.exists():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint path {folder} is not a folder (pass the folder holding "
+                              f"{WEIGHTS} and config.json)")
     index = weight_index(folder)
     layout = detect_layout(set(index))
-    cfg, source, raw = cf.resolve_config(folder, layout)
-    info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw)
+    shapes = _shapes(index)
+    cfg, source, raw, derived = cf.resolve_config(folder, layout, shapes)
+    info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw,
+                          derived_from_shapes=derived)
     if layout == "openpi":
         stats, info.asset_id = cf.read_openpi_stats(folder, asset_id)
     else:
         stats, info.norm_info = cf.read_lerobot_stats(folder)
     model = _meta_model(cfg)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, _shapes(index), layout)
+    plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, shapes, layout)
     state: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for own, ck in plan.items():
@@ -306,6 +337,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "weight_index", "plan_load", "target_dtype",
+__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "checkpoint_folder", "weight_index", "plan_load", "target_dtype",
            "rebuild_buffers", "checkpoint_shapes", "load_pretrained", "save_pretrained", "random_pretrained",
            "count_parameters"]
