@@ -97,6 +97,9 @@ class ModelConfig:
     image_slots: tuple[str, ...] = IMAGE_SLOTS
     time_min_period: float = 4e-3
     time_max_period: float = 4.0
+    #: The state is binned into the prompt (π0.5); False = openpi ``discrete_state_input=False``
+    #: (``pi05_libero``): prompt ``BOS + instruction + "\n"``, no state given to the model.
+    discrete_state_input: bool = True
 
     @property
     def num_image_tokens(self) -> int:

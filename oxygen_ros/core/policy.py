@@ -69,7 +69,7 @@ class Pi05Policy:
         self.norm_stats = norm_stats
         self.normalizer = Normalizer(norm_stats["state"], norm_stats["actions"])
         self.prompt = PromptTokenizer(tokenizer, self.cfg.max_token_len, self.cfg.num_state_bins,
-                                      overflow=prompt_overflow)
+                                      overflow=prompt_overflow, discrete_state=self.cfg.discrete_state_input)
         self.eos_id = int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else -1
 
     # ------------------------------------------------------------------ construction

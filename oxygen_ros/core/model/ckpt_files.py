@@ -84,7 +84,7 @@ def config_from_openpi(d: dict[str, Any], src: str = "config.json") -> ModelConf
         raise CheckpointError(f"{src}: pi05=false (a π0 checkpoint); only π0.5 is supported")
     return _from_variants(d.get("paligemma_variant", "gemma_2b"), d.get("action_expert_variant", "gemma_300m"),
                           src, action_dim=d.get("action_dim"), action_horizon=d.get("action_horizon"),
-                          max_token_len=d.get("max_token_len"))
+                          max_token_len=d.get("max_token_len"), discrete_state_input=d.get("discrete_state_input"))
 
 
 def config_from_lerobot(d: dict[str, Any], src: str = "config.json") -> ModelConfig:
