@@ -178,9 +178,9 @@ class ActionSpace:
                              f"got {list(a.shape)}")
         return a
 
-    def state_to_model(self, state: np.ndarray) -> np.ndarray:
-        """Robot state ``[n]`` (robot units) → model-space state ``[n]`` float32 (flip, gripper to
-        angular; openpi ``_decode_state``). Identity without flips/conversions.
+    def state_to_model(self, state: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+        """Robot state ``[n]`` (robot units) → model-space state ``[n]`` of ``dtype`` (flip, gripper
+        to angular; openpi ``_decode_state``). Identity without flips/conversions.
 
         Raises:
             ValueError: wrong shape.
@@ -188,7 +188,7 @@ class ActionSpace:
         s = self._check(state, "state", 1) * self.sign
         if self.cfg.gripper_conversion == "aloha":
             s[self.gripper] = aloha_gripper_to_angular(s[self.gripper])
-        return s.astype(np.float32)
+        return s.astype(dtype)
 
     def to_robot(self, actions: np.ndarray, model_state: np.ndarray) -> RobotCommand:
         """Unnormalised model actions ``[H, n]`` → robot command.
@@ -234,7 +234,7 @@ class ActionSpace:
         a *= self.sign
         if self.cfg.gripper_conversion == "aloha":
             a[:, self.gripper] = aloha_gripper_from_angular_inv(a[:, self.gripper])
-        model_state = np.stack([self.state_to_model(s) for s in st]) if len(st) else st
+        model_state = np.stack([self.state_to_model(s, np.float64) for s in st]) if len(st) else st
         a[:, self.delta] -= model_state[:, self.delta]
         return a
 

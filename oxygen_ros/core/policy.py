@@ -93,8 +93,8 @@ class Pi05Policy:
             CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset or
                 a bad override; ValueError: ``config_overrides`` with a checkpoint folder.
         """
-        from .model.ckpt_files import require_norm_stats
-        from .model.weights import checkpoint_folder, load_pretrained, random_pretrained, rebuild_buffers, target_dtype
+        from .model.ckpt_files import checkpoint_folder, require_norm_stats
+        from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

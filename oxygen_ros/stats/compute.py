@@ -63,7 +63,7 @@ def model_rows(ep: Episode, space: ActionSpace, horizon: int) -> tuple[np.ndarra
     Returns:
         (``[Ns, n]``, ``[Na', n]``) float64.
     """
-    states = np.stack([space.state_to_model(s) for s in ep.state]).astype(np.float64)
+    states = np.stack([space.state_to_model(s, np.float64) for s in ep.state])
     if len(ep.action_t) == 0:
         return states, np.zeros((0, states.shape[1]))
     idx = np.searchsorted(ep.state_t, ep.action_t, side="right") - 1

@@ -65,7 +65,7 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
         StatsError: the bag cannot be read, a topic is absent or of the wrong type, or no message
             of a topic carries every configured joint (the missing joints are listed).
     """
-    from oxygen_ros.tools.bag_io import BagError, BagInput, typestore
+    from oxygen_ros.bags.reader import BagError, BagInput, typestore
 
     names = space.joint_names
     state_fields = ["position"] * len(names)
@@ -109,11 +109,12 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
     for topic in (state_topic, action_topic):
         if not rows[topic][1] and dropped[topic]:
             have = first_names.get(topic)
-            missing = [n for n in names if have is not None and n not in have]
-            what = (f"lacks joints {missing} (it has {have})" if missing else
-                    f"has no finite {'/'.join(sorted(set(action_fields if topic == action_topic else state_fields)))} "
-                    f"values for joints {list(names)}" if have is not None else
-                    f"holds no Float64MultiArray of {len(names)} values (joint_names)")
+            if have is None:
+                what = f"holds no finite Float64MultiArray of {len(names)} values (joint_names)"
+            elif [n for n in names if n not in have]:
+                what = f"lacks joints {[n for n in names if n not in have]} (it has {have})"
+            else:
+                what = f"has no finite values (position, or velocity for velocity joints) for joints {list(names)}"
             raise StatsError(f"{path}: every message on {topic} {what}")
     s_t, s = rows[state_topic]
     a_t, a = rows[action_topic]
@@ -166,7 +167,7 @@ def _horizon(out: Path, asked: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 ok, 2 bad input)."""
-    from oxygen_ros.tools.replay_setup import ReplaySetupError, load_node_config
+    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config
 
     args = build_parser().parse_args(argv)
     progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = episode_stats(episodes, space, horizon)
         layout = _layout(args.out, args.layout)
         files = write_stats(args.out, stats, layout, args.asset_id)
-    except (StatsError, ReplaySetupError, ConfigError, ValueError) as exc:
+    except (StatsError, ParamsFileError, ConfigError, ValueError) as exc:
         print(f"norm_stats: error: {exc}", file=sys.stderr)
         return 2
     n_s = sum(len(e.state) for e in episodes)

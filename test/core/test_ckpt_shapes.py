@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from oxygen_ros.core.config import get_preset
-from oxygen_ros.core.model import ckpt_files as cf
+from oxygen_ros.core.model import ckpt_config as cc
 from oxygen_ros.core.model.ckpt_shapes import config_from_shapes
 from oxygen_ros.core.model.keymap import CheckpointError
-from oxygen_ros.core.model.weights import (checkpoint_folder, checkpoint_shapes, load_pretrained, random_pretrained,
-                                           save_pretrained)
+from oxygen_ros.core.model.ckpt_files import checkpoint_folder
+from oxygen_ros.core.model.weights import checkpoint_shapes, load_pretrained, random_pretrained, save_pretrained
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.tokenizer import build_tokenizer
 from oxygen_ros.core.types import NormStats, Observation

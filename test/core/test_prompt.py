@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxygen_ros.core.model import ckpt_files as cf
+from oxygen_ros.core.model import ckpt_config as cc
 from oxygen_ros.core.prompt import PromptTokenizer, PromptTooLongError
 from oxygen_ros.core.tokenizer import load_tokenizer
 
@@ -39,5 +39,5 @@ def test_no_state_format_is_openpi_pi0_format(tok):
 
 
 def test_openpi_config_states_discrete_state_input():
-    assert cf.config_from_openpi({"pi05": True, "discrete_state_input": False}).discrete_state_input is False
-    assert cf.config_from_openpi({"pi05": True}).discrete_state_input is True
+    assert cc.config_from_openpi({"pi05": True, "discrete_state_input": False}).discrete_state_input is False
+    assert cc.config_from_openpi({"pi05": True}).discrete_state_input is True

@@ -4,7 +4,7 @@
 * :func:`save_pretrained` — the same layouts back (exact round trip);
 * :func:`random_pretrained` — deterministic random weights for tests and the demo.
 
-Key mapping: :mod:`.keymap`; configs and norm stats: :mod:`.ckpt_files`. Follows openpi
+Key mapping: :mod:`.keymap`; configs: :mod:`.ckpt_config`; norm stats: :mod:`.ckpt_files`. Follows openpi
 ``models_pytorch/pi0_pytorch.py`` (``PI0Pytorch`` state dict, ``to_bfloat16_for_selected_params``)
 and LeRobot ``policies/pi05`` (``PI05Policy``: the same module under ``model.``).
 """
@@ -23,6 +23,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..types import NormStats
+from . import ckpt_config as cc
 from . import ckpt_files as cf
 from .gemma import MoTRunner
 from .keymap import (LM_HEAD_KEY, OWN_EMBED_KEY, CheckpointError, ckpt_to_own, detect_layout, has_vision_level,
@@ -185,29 +186,6 @@ def checkpoint_shapes(cfg: ModelConfig, layout: str = "lerobot") -> dict[str, tu
     return {own_to_ckpt(k, layout): tuple(v.shape) for k, v in _meta_model(cfg).state_dict().items()}
 
 
-def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
-    """The checkpoint folder ``path_or_preset`` names, or ``None`` for a model preset name.
-
-    A folder wins over a preset of the same name. Anything else is an error, so that a mistyped
-    path says so instead of "unknown preset".
-
-    Raises:
-        CheckpointError: the path does not exist (the known presets are listed too), or is a file.
-    """
-    from ..config import PRESETS
-
-    p = Path(str(path_or_preset)).expanduser()
-    if p.is_dir():
-        return p
-    if str(path_or_preset) in PRESETS:
-        return None
-    if p.exists():
-        raise CheckpointError(f"model {str(path_or_preset)!r} is a file, not a checkpoint folder (pass the folder "
-                              f"holding {WEIGHTS} and config.json)")
-    raise CheckpointError(f"model {str(path_or_preset)!r}: checkpoint folder {p.resolve()} does not exist "
-                          f"(and it is not a model preset: {sorted(PRESETS)})")
-
-
 def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     *, asset_id: str | None = None
                     ) -> tuple[Pi05Model, ModelConfig, dict[str, NormStats], CheckpointInfo]:
@@ -241,7 +219,7 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
     index = weight_index(folder)
     layout = detect_layout(set(index))
     shapes = _shapes(index)
-    cfg, source, raw, derived = cf.resolve_config(folder, layout, shapes)
+    cfg, source, raw, derived = cc.resolve_config(folder, layout, shapes)
     info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw,
                           derived_from_shapes=derived)
     if layout == "openpi":
@@ -293,11 +271,11 @@ def save_pretrained(model: Pi05Model, folder: str | Path, norm_stats: dict[str, 
     precision = str(model.dtype).removeprefix("torch.")
     cf.write_json(folder / cf.OXYGEN_CONFIG, cfg.to_dict())
     if layout == "openpi":
-        cf.write_json(folder / "config.json", cf.openpi_config_json(cfg, precision))
+        cf.write_json(folder / "config.json", cc.openpi_config_json(cfg, precision))
         if norm_stats:
             cf.write_openpi_stats(folder, norm_stats, asset_id)
     else:
-        cf.write_json(folder / "config.json", cf.lerobot_config_json(cfg, norm_stats, precision))
+        cf.write_json(folder / "config.json", cc.lerobot_config_json(cfg, norm_stats, precision))
         cf.write_lerobot_stats(folder, norm_stats, cfg)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
@@ -337,6 +315,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "checkpoint_folder", "weight_index", "plan_load", "target_dtype",
+__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "weight_index", "plan_load", "target_dtype",
            "rebuild_buffers", "checkpoint_shapes", "load_pretrained", "save_pretrained", "random_pretrained",
            "count_parameters"]
