@@ -133,33 +133,48 @@ class RobotCommand:
 
 
 class ActionSpace:
-    """An :class:`ActionSpaceConfig` bound to the robot's joint names.
+    """An :class:`ActionSpaceConfig` bound to the robot's action and state names.
 
     Args:
-        cfg: the configuration; joint_names: the action dims in checkpoint order (also the state
-            dims for the delta anchor, flips and grippers).
+        cfg: the configuration.
+        joint_names: the action dims in checkpoint order.
+        state_names: the state dims in checkpoint order (default: ``joint_names``). Flips and
+            gripper conversions apply to the dims of either list by name; a delta action dim is
+            anchored on the state dim of the same name.
 
     Raises:
-        ConfigError: an invalid field, or a listed joint that is not in ``joint_names`` (named).
+        ConfigError: an invalid field, a listed joint in neither list, or a delta joint without a
+            state dim of its name (named).
     """
 
-    def __init__(self, cfg: ActionSpaceConfig, joint_names: tuple[str, ...] | list[str]) -> None:
+    def __init__(self, cfg: ActionSpaceConfig, joint_names: tuple[str, ...] | list[str],
+                 state_names: tuple[str, ...] | list[str] | None = None) -> None:
         self.cfg = cfg.validate()
         self.joint_names = tuple(joint_names)
+        self.state_names = tuple(state_names) if state_names else self.joint_names
+        known = set(self.joint_names) | set(self.state_names)
         for name in ("absolute_joints", "flip_joints", "gripper_joints"):
-            unknown = [j for j in getattr(cfg, name) if j not in self.joint_names]
+            pool = self.joint_names if name == "absolute_joints" else known
+            unknown = [j for j in getattr(cfg, name) if j not in pool]
             if unknown:
                 raise ConfigError(f"action_space.{name}: {unknown} not in joint_names {list(self.joint_names)}")
-        n = len(self.joint_names)
-        idx = {j: i for i, j in enumerate(self.joint_names)}
-        self.absolute = np.zeros(n, bool)
-        self.absolute[[idx[j] for j in cfg.absolute_joints]] = True
-        self.sign = np.ones(n)
-        self.sign[[idx[j] for j in cfg.flip_joints]] = -1.0
-        self.gripper = np.zeros(n, bool)
-        self.gripper[[idx[j] for j in cfg.gripper_joints]] = True
-        self.delta = ~self.absolute if cfg.kind == "delta" else np.zeros(n, bool)
-        self.velocity = ~self.absolute if cfg.kind == "velocity" else np.zeros(n, bool)
+
+        def mask(names: tuple[str, ...], chosen: tuple[str, ...]) -> np.ndarray:
+            return np.array([n in chosen for n in names], bool)
+
+        self.absolute = mask(self.joint_names, cfg.absolute_joints)
+        self.sign = np.where(mask(self.joint_names, cfg.flip_joints), -1.0, 1.0)
+        self.gripper = mask(self.joint_names, cfg.gripper_joints)
+        self.state_sign = np.where(mask(self.state_names, cfg.flip_joints), -1.0, 1.0)
+        self.state_gripper = mask(self.state_names, cfg.gripper_joints)
+        self.delta = ~self.absolute if cfg.kind == "delta" else np.zeros(len(self.joint_names), bool)
+        self.velocity = ~self.absolute if cfg.kind == "velocity" else np.zeros(len(self.joint_names), bool)
+        no_state = [j for j, d in zip(self.joint_names, self.delta) if d and j not in self.state_names]
+        if no_state:
+            raise ConfigError(f"action_space.kind='delta': joints {no_state} have no state dim of that name "
+                              f"(state_joint_names {list(self.state_names)}); list them in action_space.absolute_joints")
+        self.anchor = np.array([self.state_names.index(j) if d else 0 for j, d in zip(self.joint_names, self.delta)],
+                               dtype=np.int64)
 
     @property
     def kind(self) -> str:
@@ -171,11 +186,11 @@ class ActionSpace:
         """True when actions go out unchanged as joint positions and the state goes in unchanged."""
         return self.kind == "absolute" and not self.cfg.flip_joints and not self.cfg.gripper_joints
 
-    def _check(self, x: np.ndarray, what: str, ndim: int) -> np.ndarray:
+    def _check(self, x: np.ndarray, what: str, ndim: int, state: bool = False) -> np.ndarray:
         a = np.asarray(x, np.float64)
-        if a.ndim != ndim or a.shape[-1] != len(self.joint_names):
-            raise ValueError(f"{what} must have shape {'[H, ' if ndim == 2 else '['}{len(self.joint_names)}], "
-                             f"got {list(a.shape)}")
+        n = len(self.state_names if state else self.joint_names)
+        if a.ndim != ndim or a.shape[-1] != n:
+            raise ValueError(f"{what} must have shape {'[H, ' if ndim == 2 else '['}{n}], got {list(a.shape)}")
         return a
 
     def state_to_model(self, state: np.ndarray, dtype: type = np.float32) -> np.ndarray:
@@ -185,9 +200,9 @@ class ActionSpace:
         Raises:
             ValueError: wrong shape.
         """
-        s = self._check(state, "state", 1) * self.sign
+        s = self._check(state, "state", 1, state=True) * self.state_sign
         if self.cfg.gripper_conversion == "aloha":
-            s[self.gripper] = aloha_gripper_to_angular(s[self.gripper])
+            s[self.state_gripper] = aloha_gripper_to_angular(s[self.state_gripper])
         return s.astype(dtype)
 
     def to_robot(self, actions: np.ndarray, model_state: np.ndarray) -> RobotCommand:
@@ -195,8 +210,8 @@ class ActionSpace:
 
         Args:
             actions: ``[H, n]`` model-space actions (the policy's unnormalised output).
-            model_state: ``[n]`` the observation's state in model space (:meth:`state_to_model`),
-                the anchor of delta dims.
+            model_state: ``[n_state]`` the observation's state in model space
+                (:meth:`state_to_model`), the anchor of delta dims.
 
         Returns:
             :class:`RobotCommand`: positions for absolute/delta dims (delta dims ``+= state``),
@@ -206,8 +221,8 @@ class ActionSpace:
             ValueError: wrong shapes, or a non-finite result (nothing non-finite leaves).
         """
         a = self._check(actions, "actions", 2).copy()
-        s = self._check(model_state, "model_state", 1)
-        a[:, self.delta] += s[self.delta]
+        s = self._check(model_state, "model_state", 1, state=True)
+        a[:, self.delta] += s[self.anchor[self.delta]]
         a *= self.sign
         if self.cfg.gripper_conversion == "aloha":
             a[:, self.gripper] = aloha_gripper_from_angular(a[:, self.gripper])
@@ -221,21 +236,21 @@ class ActionSpace:
 
     def to_model(self, commands: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Recorded robot commands ``[T, n]`` (robot units: positions / velocities / ee commands as
-        the kind says) with the robot states ``[T, n]`` at those times → model-space actions
+        the kind says) with the robot states ``[T, n_state]`` at those times → model-space actions
         ``[T, n]`` (openpi ``_encode_actions_inv`` then ``DeltaActions``). Used for norm stats.
 
         Raises:
             ValueError: wrong shapes.
         """
         a = self._check(commands, "commands", 2).copy()
-        st = self._check(state, "state", 2)
+        st = self._check(state, "state", 2, state=True)
         if a.shape[0] != st.shape[0]:
             raise ValueError(f"commands ({a.shape[0]}) and states ({st.shape[0]}) differ in length")
         a *= self.sign
         if self.cfg.gripper_conversion == "aloha":
             a[:, self.gripper] = aloha_gripper_from_angular_inv(a[:, self.gripper])
         model_state = np.stack([self.state_to_model(s, np.float64) for s in st]) if len(st) else st
-        a[:, self.delta] -= model_state[:, self.delta]
+        a[:, self.delta] -= model_state[:, self.anchor[self.delta]]
         return a
 
 

@@ -69,7 +69,8 @@ class NodeSim:
         self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
                                         decode_image, instruction=cfg.instruction)
         self.streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
-        self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names))
+        self._state_names = cfg.state_joint_names or cfg.joint_names
+        self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
         self.position_topic = resolve_topic(cfg.position_action_topic)
         self.t0 = now()
         self.bag_now_ns = start_ns  # bag clock: log time of the newest fed message
@@ -129,7 +130,7 @@ class NodeSim:
             return None if verdict is Verdict.OUT_OF_ORDER else slot
         if topic == self.topics.joint_state or topic == self.reference_topic:
             try:
-                vec = joint_state_to_vector(msg, self.cfg.joint_names)
+                vec = joint_state_to_vector(msg, self._state_names if topic == self.topics.joint_state else self.cfg.joint_names)
             except JointStateError as exc:
                 self.stats.drops[f'bad joint states on {topic}'] += 1
                 if self.stats.drops[f'bad joint states on {topic}'] == 1:

@@ -50,7 +50,7 @@ def action_space(cfg: "NodeConfig", model: str | None = None) -> ActionSpace:
         ValueError: a listed joint not in ``joint_names``, or a kind/mask that contradicts the
             checkpoint's config (the message names the parameter and the checkpoint's setting).
     """
-    space = ActionSpace(cfg.action_space, cfg.joint_names)
+    space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names or cfg.joint_names)
     folder = Path(str(model or cfg.model)).expanduser()
     if folder.is_dir():
         raw = _json(folder / 'config.json')
@@ -75,10 +75,12 @@ def check_policy(cfg: "NodeConfig", policy: "Pi05Policy") -> None:
     if unknown:
         raise ValueError(f'cameras.{unknown[0]}.topic: the model has no image slot '
                          f'{unknown[0]!r} (slots: {list(slots)})')
-    for what, dim in (('state', policy.normalizer.state_dim), ('action', policy.normalizer.action_dim)):
-        if dim != len(cfg.joint_names):
-            raise ValueError(f'joint_names has {len(cfg.joint_names)} names but the model '
-                             f'{what} dimension is {dim}')
+    state_names = cfg.state_joint_names or cfg.joint_names
+    for what, dim, param, names in (('state', policy.normalizer.state_dim, 'state_joint_names' if cfg.state_joint_names
+                                     and cfg.state_joint_names != cfg.joint_names else 'joint_names', state_names),
+                                    ('action', policy.normalizer.action_dim, 'joint_names', cfg.joint_names)):
+        if dim != len(names):
+            raise ValueError(f'{param} has {len(names)} names but the model {what} dimension is {dim}')
 
 
 def assembler_config(cfg: "NodeConfig", slots: tuple[str, ...]) -> AssemblerConfig:

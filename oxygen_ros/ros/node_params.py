@@ -149,6 +149,7 @@ class NodeConfig:
     diagnostics_period_s: float
     debug_model_input: bool
     position_action_topic: str = 'action_chunk_positions'
+    state_joint_names: tuple[str, ...] = ()  # read_node_config fills it (= joint_names when unset)
     action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
     cameras: dict[str, tuple[str, str]] = field(default_factory=dict)  # slot -> (topic, type)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -165,20 +166,26 @@ ACTION_SPACE_LISTS = {
 }
 
 
+def _optional_list(node: Node, name: str, desc: str, problems: list[str]) -> tuple[str, ...] | None:
+    """A string-array parameter that may stay unset (-> ``()``); None when it is not a list of str."""
+    if not node.has_parameter(name):
+        node.declare_parameter(name, _SA, ParameterDescriptor(description=desc, type=_SA.value))
+    try:
+        value = node.get_parameter(name).value
+    except ParameterUninitializedException:
+        value = None  # unset: the list is empty
+    if value is not None and not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        problems.append(f'{name}={value!r}: expected a list of joint names')
+        return None
+    return tuple(value or ())
+
+
 def _action_space(node: Node, values: dict, problems: list[str]) -> ActionSpaceConfig | None:
     lists = {}
     for name, desc in ACTION_SPACE_LISTS.items():
-        full = f'action_space.{name}'
-        if not node.has_parameter(full):
-            node.declare_parameter(full, _SA, ParameterDescriptor(description=desc, type=_SA.value))
-        try:
-            value = node.get_parameter(full).value
-        except ParameterUninitializedException:
-            value = None  # unset: the list is empty
-        if value is not None and not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
-            problems.append(f'{full}={value!r}: expected a list of joint names')
-            continue
-        lists[name] = tuple(value or ())
+        got = _optional_list(node, f'action_space.{name}', desc, problems)
+        if got is not None:
+            lists[name] = got
     if 'action_space.kind' not in values or len(lists) != len(ACTION_SPACE_LISTS):
         return None
     try:
@@ -237,6 +244,11 @@ def read_node_config(node: Node) -> NodeConfig:
     if values.get('model') == '':
         problems.append('model is empty: give a checkpoint folder or a preset name')
     space = _action_space(node, values, problems)
+    state_names = _optional_list(node, 'state_joint_names', 'State dims read from JointState by these names, '
+                                 "in the checkpoint's order, when they differ from joint_names (LIBERO: 8 "
+                                 'state dims, 7 action dims). Unset = joint_names.', problems)
+    if state_names and len(set(state_names)) != len(state_names):
+        problems.append(f'state_joint_names={list(state_names)!r}: names must be unique')
     if (space is not None and space.kind == 'ee_delta' and values.get('action_rate_hz', 0) > 0
             and values.get('command_type') == 'joint_state'):
         problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
@@ -257,7 +269,8 @@ def read_node_config(node: Node) -> NodeConfig:
         raise ParamError([str(e)]) from e
     plain = {k: v for k, v in values.items() if '.' not in k and k not in ('task_names', 'autostart')}
     plain['joint_names'] = tuple(plain['joint_names'])
-    return NodeConfig(**plain, action_space=space, cameras=cameras, engine=engine, task_topics=topics)
+    return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
+                      cameras=cameras, engine=engine, task_topics=topics)
 
 
 class ParamsFileError(ValueError):

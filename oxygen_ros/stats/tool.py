@@ -67,8 +67,8 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
     """
     from oxygen_ros.bags.reader import BagError, BagInput, typestore
 
-    names = space.joint_names
-    state_fields = ["position"] * len(names)
+    names, state_names = space.joint_names, space.state_names
+    state_fields = ["position"] * len(state_names)
     action_fields = ["velocity" if v else "position" for v in space.velocity]
     ts = typestore()
     try:
@@ -94,10 +94,12 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
             msg = ts.deserialize_cdr(raw, msgtype)
             if msgtype == _ARR:
                 vec = np.asarray(msg.data, np.float64)
-                vec = vec if vec.shape == (len(names),) and np.isfinite(vec).all() else None
+                want = len(state_names if topic == state_topic else names)
+                vec = vec if vec.shape == (want,) and np.isfinite(vec).all() else None
             else:
                 first_names.setdefault(topic, list(msg.name))
-                vec = _pick(msg, names, state_fields if topic == state_topic else action_fields)
+                vec = (_pick(msg, state_names, state_fields) if topic == state_topic
+                       else _pick(msg, names, action_fields))
             if vec is None:
                 dropped[topic] += 1
                 continue
@@ -111,14 +113,14 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
             have = first_names.get(topic)
             if have is None:
                 what = f"holds no finite Float64MultiArray of {len(names)} values (joint_names)"
-            elif [n for n in names if n not in have]:
-                what = f"lacks joints {[n for n in names if n not in have]} (it has {have})"
+            elif [n for n in (state_names if topic == state_topic else names) if n not in have]:
+                what = f"lacks joints {[n for n in (state_names if topic == state_topic else names) if n not in have]} (it has {have})"
             else:
                 what = f"has no finite values (position, or velocity for velocity joints) for joints {list(names)}"
             raise StatsError(f"{path}: every message on {topic} {what}")
     s_t, s = rows[state_topic]
     a_t, a = rows[action_topic]
-    ep = Episode(np.asarray(s_t), np.asarray(s).reshape(-1, len(names)), np.asarray(a_t),
+    ep = Episode(np.asarray(s_t), np.asarray(s).reshape(-1, len(state_names)), np.asarray(a_t),
                  np.asarray(a).reshape(-1, len(names)))
     return ep, dropped
 
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"
     try:
         cfg = load_node_config(args.params_file, args.param)
-        space = ActionSpace(cfg.action_space, cfg.joint_names)
+        space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
         episodes, drops = [], {}
         for bag in args.bags:
             ep, dropped = read_episode(bag, _topic(cfg.joint_state_topic), _topic(args.action_topic), space, progress)
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{f', delta chunks of {horizon}' if space.kind == 'delta' else ''}); unusable messages: "
           f"{ {k: v for k, v in drops.items() if v} or 'none'}")
     for name, st in stats.items():
-        for j, joint in enumerate(cfg.joint_names):
+        for j, joint in enumerate(space.state_names if name == "state" else space.joint_names):
             print(f"  {name:7s} {joint:24s} q01 {st.q01[j]: .5f}  q99 {st.q99[j]: .5f}  mean {st.mean[j]: .5f}  "
                   f"std {st.std[j]: .5f}")
     print(f"wrote ({layout} layout): " + ", ".join(str(f) for f in files))
