@@ -208,6 +208,8 @@ def get_preset(name: str) -> ModelConfig:
 
 
 MODES = ("unified", "shared_kv", "isolated")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+ATTENTIONS = ("auto", "gather", "flex")
 BUDGETS = ("fixed", "adaptive")
 
 
@@ -269,6 +271,15 @@ class EngineConfig:
         max_queued_requests: queue length; a request beyond it is rejected with a reason.
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
+        compile: ``none`` | ``default`` | ``reduce-overhead`` | ``max-autotune`` — torch.compile
+            mode of the hot-path stages (see ``core.engine.compiled``); warm-up compiles every shape.
+        static_shapes: pad the prefix to its camera-count bucket and decode batches to size buckets
+            with a fixed block-table width (required for ``compile``; padding never changes results).
+        attention: decode attention over the pool — ``flex`` (FlexAttention, paged block mask, no
+            K/V gather), ``gather`` (reference) or ``auto`` (flex when compiled, else gather).
+        max_request_tokens: longest own part of a request (prompt + new tokens); fixes the
+            block-table width. Longer requests are rejected.
+        max_top_k: largest per-request ``top_k`` (static bound of on-device sampling).
     """
 
     mode: str = "unified"
@@ -285,10 +296,24 @@ class EngineConfig:
     seed: int = 0
     num_denoise_steps: int = 0
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
+    compile: str = "none"
+    static_shapes: bool = True
+    attention: str = "auto"
+    max_request_tokens: int = 512
+    max_top_k: int = 256
 
     def validate(self) -> "EngineConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
         o = "engine"
+        _check(self.compile in COMPILE_MODES, o, "compile", self.compile, f"must be one of {COMPILE_MODES}")
+        _check(self.attention in ATTENTIONS, o, "attention", self.attention, f"must be one of {ATTENTIONS}")
+        _check(not (self.compile != "none" and not self.static_shapes), o, "static_shapes", self.static_shapes,
+               "must be true when compile is not 'none'")
+        for name in ("max_request_tokens", "max_top_k"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
+        for t in self.tasks:
+            _check(t.top_k <= self.max_top_k, o, "max_top_k", self.max_top_k, f"task {t.name!r} has top_k={t.top_k}")
         _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
         _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
         for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):

@@ -26,7 +26,9 @@ from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .lifecycle import RequestBook
 from .requests import FrameResult, LanguageRequest, RequestStatus
-from .runner import FramePrefix, Runner
+from .frame import FramePrefix
+from .plan import FramePlan
+from .runner import Runner
 from .scheduler import Scheduler
 from .streams import DeviceStreams
 
@@ -65,7 +67,7 @@ class Engine:
         self.pool = KVPool(mc.vlm.depth, pool_blocks(policy, self.cfg), self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
-        self.runner = Runner(policy, self.pool, self.streams)
+        self.runner = Runner(policy, self.pool, self.streams, self.cfg)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
@@ -129,6 +131,7 @@ class Engine:
         self.book.enqueue(new)
         self.book.cancel(cancels)
         fid = self.frame_id
+        plan = FramePlan(fid)
         m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
         action, error, prefix, enc = None, None, None, None
         if obs is not None:
@@ -155,8 +158,8 @@ class Engine:
                 m.denoise = time.perf_counter() - t1
             if action is not None and on_action is not None:
                 on_action(action)
-            self._start_requests(obs, enc, prefix, m)
-        self._decode(m, t0)
+            self._start_requests(obs, enc, prefix, m, plan)
+        self._decode(m, t0, plan)
         if prefix is not None:
             self.pool.blocks.free(prefix.blocks, self.streams.fence())
         self.scheduler.drop_terminal()
@@ -165,13 +168,14 @@ class Engine:
         m.blocks_in_use = self.pool.blocks.num_in_use
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         deltas, ended = self.book.end_frame()
+        plan.finished = [e.id for e in ended]
         m.tokens_emitted = self.book.tokens_this_frame
-        return FrameResult(fid, action, deltas, ended, m, error)
+        return FrameResult(fid, action, deltas, ended, m, error, plan)
 
-    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics) -> None:
+    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics, plan: FramePlan) -> None:
         t = time.perf_counter()
         self.book.prepare_prompts(obs.instruction)
-        admitted, rejected = self.scheduler.admit(prefix.length)
+        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
         self.book.rejected(rejected)
         if not admitted:
             return
@@ -206,18 +210,15 @@ class Engine:
         m.decode_batch = max(m.decode_batch, len(batch))
         self.book.accept(batch, toks, oks)
 
-    def _decode(self, m: FrameMetrics, t0: float) -> None:
-        mode = self.cfg.mode
-        if mode == "isolated":
-            return
+    def _decode(self, m: FrameMetrics, t0: float, plan: FramePlan) -> None:
         left = None
         if self.cfg.frame_deadline_s > 0:
             left = self.cfg.frame_deadline_s - (time.perf_counter() - t0)
-        steps = self.scheduler.decode_steps(left) if mode == "unified" else 1 << 30
+        self.scheduler.plan_decode(plan, left)
         with self.streams.decode():
-            for _ in range(steps):
+            for _ in range(plan.decode_steps):
                 self.book.cancel(self._drain_cancels())
-                batch = [r for r in self.scheduler.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
+                batch = self.scheduler.decode_batch()
                 if not batch:
                     break
                 self._decode_once(batch, m)
@@ -244,7 +245,7 @@ class Engine:
         for r in self.scheduler.running:
             if r.status.terminal:
                 continue
-            for b in r.runtime["prefix"].blocks + r.runtime["table"].blocks:
+            for b in r.state.blocks_held():
                 expected[b] += 1
         actual = [self.pool.blocks.refcount(b) for b in range(self.pool.blocks.num_blocks)]
         assert expected == actual, "KV block references do not match the running requests"
