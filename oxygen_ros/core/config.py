@@ -220,6 +220,11 @@ class TaskConfig:
     ``template`` is filled with ``{text}`` (the ask, e.g. a user question) and ``{instruction}``
     (the current task instruction); the filled text is appended after the shared observation
     prefix. ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
+
+    ``own_prefix``: the filled template goes INSIDE a bidirectional prefix of its own — the
+    frame's images + BOS + the prompt, no state — as π0.5's subtask prediction runs ("Task: {x}.
+    Subtask: "); it costs one extra prefill (vision + prefix) per request instead of sharing the
+    frame's prefix. Default False: continue causally after the shared action prefix.
     """
 
     name: str
@@ -228,6 +233,7 @@ class TaskConfig:
     temperature: float = 0.0
     top_k: int = 0
     every_n_frames: int = 0
+    own_prefix: bool = False
 
     def validate(self) -> "TaskConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""

@@ -180,12 +180,14 @@ class Pi05Policy:
     @torch.inference_mode()
     def generate_text(self, observation: Observation, prompt: str = "", max_new_tokens: int = 32,
                       greedy: bool = True, *, sampling: SamplingParams | None = None,
-                      stop_ids: tuple[int, ...] = ()) -> Generation:
+                      stop_ids: tuple[int, ...] = (), own_prefix: bool = False) -> Generation:
         """Decode text from the observation's prefix, one token per forward (the reference).
 
         The continuation ``prompt`` (e.g. a filled language-task template) is appended causally
         after the prefix; with an empty prompt the first token comes from the last valid prefix
-        token's hidden state. Stops at EOS, a stop id, or ``max_new_tokens``.
+        token's hidden state. With ``own_prefix`` the prompt replaces the action prompt INSIDE the
+        bidirectional prefix (images + BOS + prompt, no state: π0.5 subtask prediction) and
+        decoding starts at its last token. Stops at EOS, a stop id, or ``max_new_tokens``.
 
         Returns:
             :class:`Generation` with the text (special tokens skipped), ids (stop token excluded)
@@ -198,7 +200,11 @@ class Pi05Policy:
         params = (sampling or SamplingParams()).validate() if not greedy else SamplingParams()
         key = params.key()
         enc = self.encode_observation(observation)
-        cont = self.prompt.tokenize_continuation(prompt) if prompt else []
+        if own_prefix:
+            ids = torch.tensor([self.prompt.tokenize_prefix_prompt(prompt)], dtype=torch.long)
+            enc = EncodedObservation(enc.pixels, enc.image_masks, ids, torch.ones_like(ids, dtype=torch.bool),
+                                     enc.tokens_per_image)
+        cont = self.prompt.tokenize_continuation(prompt) if prompt and not own_prefix else []
         cache, hidden = self.prefill(enc, extra_capacity=len(cont) + max_new_tokens)
         m = self.model
         if cont:

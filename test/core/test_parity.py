@@ -118,3 +118,63 @@ def test_actions_engine_path(policy, ref, case, monkeypatch):
     assert res.error is None and res.action is not None
     np.testing.assert_allclose(res.action.actions, ref[f"{case}_actions_postprocessed"][0], atol=ATOL, rtol=0)
     eng.check_invariants()
+
+
+# ------------------------------------------------------------------ subtask-style decode (item 6c)
+class LogitTap:
+    """Records every LM-head output of the model (``Pi05Model.logits``: the prefix's last token
+    and every decode step go through it), in order."""
+
+    def __init__(self, model, monkeypatch) -> None:
+        self.rows: list[np.ndarray] = []
+        logits = model.logits
+
+        def tap(*a, **k):
+            out = logits(*a, **k)
+            self.rows.append(out.detach().float().cpu().numpy().reshape(-1, out.shape[-1]))
+            return out
+
+        monkeypatch.setattr(model, "logits", tap)
+
+
+def subtask_prompt(meta) -> str:
+    prompt = meta["inputs"]["decode_prompt"]
+    assert prompt == f"Task: {TASK}. Subtask: "
+    return prompt
+
+
+@pytest.mark.parametrize("case", ["all", "rwm"])
+def test_subtask_decode_policy_path(policy, ref, meta, case, monkeypatch):
+    tap = LogitTap(policy.model, monkeypatch)
+    gen = policy.generate_text(observation(ref, case), subtask_prompt(meta), max_new_tokens=12, own_prefix=True)
+    assert gen.token_ids == ref[f"{case}_decode_tokens"].tolist()
+    np.testing.assert_allclose(np.concatenate(tap.rows)[:12], ref[f"{case}_decode_logits"], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["all", "rwm"])
+def test_subtask_decode_engine_path(policy, ref, meta, case, monkeypatch):
+    from oxygen_ros.core.config import TaskConfig
+
+    task = TaskConfig(name="subtask", template="Task: {instruction}. Subtask: ", max_new_tokens=12, own_prefix=True)
+    eng = Engine(policy, EngineConfig(tasks=(task,), tokens_per_frame=4))
+    tap = LogitTap(policy.model, monkeypatch)
+    rid = eng.submit_request("subtask")
+    eng.submit_observation(observation(ref, case))
+    ended, frames = [], 0
+    while not ended and frames < 10:
+        res = eng.step()
+        frames += 1
+        eng.check_invariants()
+        ended = [r for r in res.ended if r.id == rid]
+    assert ended and ended[0].token_ids == ref[f"{case}_decode_tokens"].tolist()
+    assert frames == 3  # 12 tokens at k = 4 per frame: cross-frame decoding of its own prefix
+    assert len(tap.rows) == 12  # one LM-head row per token: the prefix's last token, then 11 steps
+    np.testing.assert_allclose(np.concatenate(tap.rows), ref[f"{case}_decode_logits"], atol=ATOL, rtol=0)
+    assert eng.pool.blocks.num_in_use == 0  # the request's own prefix was released with it
+
+
+def test_default_continuation_differs_from_the_subtask_reference(policy, ref, meta):
+    """The default (shared prefix, prompt continued causally) is another computation: it must not
+    be mistaken for π0.5's subtask decode."""
+    gen = policy.generate_text(observation(ref, "all"), subtask_prompt(meta), max_new_tokens=12)
+    assert gen.token_ids != ref["all_decode_tokens"].tolist()

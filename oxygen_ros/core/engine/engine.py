@@ -12,16 +12,18 @@ threads (ROS callbacks); ``step`` runs in one inference thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
 from ..config import ConfigError, EngineConfig
-from ..policy import Pi05Policy, frame_noise
+from ..policy import EncodedObservation, Pi05Policy, frame_noise
 from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .lifecycle import RequestBook
@@ -31,6 +33,14 @@ from .plan import FramePlan
 from .runner import Runner
 from .scheduler import Scheduler
 from .streams import DeviceStreams
+
+
+def task_prefix(enc: EncodedObservation, prefix_ids: list[int]) -> EncodedObservation:
+    """``enc`` with its prompt replaced by an own-prefix task's ``prefix_ids`` (none: ``enc``)."""
+    if not prefix_ids:
+        return enc
+    ids = torch.tensor([prefix_ids], dtype=torch.long)
+    return dataclasses.replace(enc, tokens=ids, token_masks=torch.ones_like(ids, dtype=torch.bool))
 
 
 def pool_blocks(policy: Pi05Policy, cfg: EngineConfig) -> int:
@@ -49,7 +59,8 @@ def pool_blocks(policy: Pi05Policy, cfg: EngineConfig) -> int:
         n = int(cfg.kv_memory_mb * 2**20) // per_block
     else:
         longest = max((t.max_new_tokens for t in cfg.tasks), default=32) + 64
-        per_req = -(-longest // cfg.block_size) + (prefix_blocks if cfg.mode == "isolated" else 0)
+        own = cfg.mode == "isolated" or any(t.own_prefix for t in cfg.tasks)
+        per_req = -(-longest // cfg.block_size) + (prefix_blocks if own else 0)
         n = 2 * prefix_blocks + cfg.max_running_requests * per_req
     if n < 2 * prefix_blocks:
         raise ConfigError(f"engine.kv_blocks={n} is invalid: must be >= {2 * prefix_blocks} "
@@ -182,8 +193,9 @@ class Engine:
         staged = m.vision + m.prefill + m.decode  # model time spent inside this call is not "start"
         with self.streams.decode():
             for r in admitted:
-                if self.cfg.mode == "isolated":
-                    own_prefix = self.runner.prefill(enc, prefix.frame_id, BlockTable(self.pool.blocks))
+                if self.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its own prompt)
+                    own_prefix = self.runner.prefill(task_prefix(enc, r.prefix_ids), prefix.frame_id,
+                                                     BlockTable(self.pool.blocks))
                     m.vision += own_prefix.stage_times["vision"]
                     m.prefill += own_prefix.stage_times["prefill"]
                     self.book.attach(r, own_prefix, shared=False)
