@@ -45,7 +45,7 @@ class Runner:
         self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none")
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
-        self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static)
+        self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)
         cams = len(mc.image_slots)
         mode = cfg.compile
         self.vision = Stage("vision", lambda px: m.vision(px).to(m.dtype), mode, cams)

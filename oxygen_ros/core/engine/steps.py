@@ -77,7 +77,8 @@ def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size
 def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, flex: bool,
                   ids: Tensor, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
                   pos: Tensor, temperature: Tensor, top_k: Tensor, keys: Tensor, counters: Tensor,
-                  top_k_cap: int, greedy_only: bool) -> Tensor:
+                  kv_num: Tensor | None, kv_idx: Tensor | None, p2l: Tensor | None, meta: Tensor | None, top_k_cap: int,
+                  greedy_only: bool) -> Tensor:
     """One decode step of ``B`` rows (see :class:`~.step_buffers.DecodeBatch`) and sampling.
 
     Returns:
@@ -85,7 +86,7 @@ def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: 
     """
     pool = KVTensors(pool_k, pool_v, block_size)
     if flex:
-        view = BlockTableFlexView(pool, tables, num_blocks, prefix_len, aligned, pos)
+        view = BlockTableFlexView(pool, tables, (kv_num, kv_idx, p2l, meta), prefix_len, aligned, pos)
     else:
         view = BlockTableGatherView(pool, tables, prefix_len, aligned, pos)
     logits = model.decode_step(view, ids, None)
