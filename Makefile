@@ -34,7 +34,7 @@ $(COLCON_VENV)/.stamp: requirements-colcon.txt
 	touch $@
 
 demo: setup
-	$(PY) -m oxygen_ros.tools.demo
+	$(PY) -m oxygen_ros.replay.demo
 
 test: setup $(COLCON_VENV)/.stamp
 	OXYGEN_COLCON=$(abspath $(COLCON_VENV))/bin/colcon $(PY) -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)

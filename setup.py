@@ -25,14 +25,14 @@ setup(
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [
-            "oxygen_demo = oxygen_ros.tools.demo:main",
-            "bench = oxygen_ros.tools.bench:main",
-            "replay = oxygen_ros.tools.replay:main",
-            "bag_player = oxygen_ros.tools.bag_player:main",
-            "record_sim_bag = oxygen_ros.tools.record_sim_bag:main",
-            "oxygen_node = oxygen_ros.node:main",
-            "aloha_sim = oxygen_ros.tools.sim_node:main",
-            "closed_loop = oxygen_ros.tools.closed_loop:main",
+            "oxygen_demo = oxygen_ros.replay.demo:main",
+            "bench = oxygen_ros.bench.bench:main",
+            "replay = oxygen_ros.replay.replay:main",
+            "bag_player = oxygen_ros.bags.player:main",
+            "record_sim_bag = oxygen_ros.sim.record_bag:main",
+            "oxygen_node = oxygen_ros.ros.node:main",
+            "aloha_sim = oxygen_ros.sim.node:main",
+            "closed_loop = oxygen_ros.sim.closed_loop.run:main",
         ],
     },
 )

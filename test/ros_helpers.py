@@ -1,6 +1,6 @@
 """Helpers for tests that talk to the ``oxygen`` node over real DDS (Fast DDS, localhost only).
 
-- :func:`node_process`: the node in its own process (``python -m oxygen_ros.node --ros-args ...``),
+- :func:`node_process`: the node in its own process (``python -m oxygen_ros.ros.node --ros-args ...``),
   stopped with SIGINT (never leaked; the exit status is checked by the caller).
 - :class:`RosPeer`: an rclpy node with its own Context/domain in the test process, spun in a
   background thread, collecting messages and publishing.
@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from oxygen_ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp  # noqa: E402
-from oxygen_ros.qos import reliable_qos, sensor_data_qos  # noqa: E402
+from oxygen_ros.ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp  # noqa: E402
+from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos  # noqa: E402
 
 ALOHA_JOINTS = (
     'left_waist', 'left_shoulder', 'left_elbow', 'left_forearm_roll', 'left_wrist_angle',
@@ -67,7 +67,7 @@ def _default_sigint() -> None:
 @contextlib.contextmanager
 def node_process(domain_id: int, log_path: Path, params_file: Path | None = None,
                  params: dict[str, Any] | None = None,
-                 module: str = 'oxygen_ros.node', extra: list[str] | None = None
+                 module: str = 'oxygen_ros.ros.node', extra: list[str] | None = None
                  ) -> Iterator[subprocess.Popen]:
     """Run ``python -m <module> --ros-args --params-file F -p k:=v ...``; SIGINT it on exit.
 

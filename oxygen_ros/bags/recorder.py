@@ -1,0 +1,56 @@
+"""Record topics from the ROS graph into an mcap bag (``bag_player --record``), with rosbags.
+
+For machines without ``ros2 bag record``: subscribes (reliable, depth 1000) to each topic once its
+type is visible in the graph and writes every message through :class:`~.bag_out.BagOutput`, with
+the receiving node's clock as log time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from oxygen_ros.bags.reader import msg_class
+from oxygen_ros.bags.writer import BagOutput
+
+__all__ = ['Recorder']
+
+
+class Recorder:
+    """Subscribes to ``topics`` (types from the graph, waited for) and writes them to a bag."""
+
+    def __init__(self, node: Any, out: Path, topics: Sequence[str], overwrite: bool = False) -> None:
+        self.node, self.topics = node, list(topics)
+        self.writer = BagOutput(out, overwrite=overwrite)
+        self._lock = threading.Lock()
+        self._subs: dict[str, Any] = {}
+
+    def subscribe(self, timeout: float) -> list[str]:
+        """Subscribe to every topic whose type is known in the graph within ``timeout`` s;
+        returns the topics not found."""
+        from rclpy.qos import QoSProfile
+
+        end = time.monotonic() + timeout
+        while True:
+            graph = dict(self.node.get_topic_names_and_types())
+            for topic in self.topics:
+                if topic not in self._subs and graph.get(topic):
+                    cls = msg_class(graph[topic][0])
+                    self._subs[topic] = self.node.create_subscription(
+                        cls, topic, lambda m, t=topic: self._write(t, m), QoSProfile(depth=1000))
+            missing = [t for t in self.topics if t not in self._subs]
+            if not missing or time.monotonic() >= end:
+                return missing
+            time.sleep(0.1)
+
+    def _write(self, topic: str, msg: Any) -> None:
+        with self._lock:
+            self.writer.write(topic, self.node.get_clock().now().nanoseconds, msg)
+
+    def close(self) -> Path:
+        """Finish the bag."""
+        with self._lock:
+            return self.writer.close()

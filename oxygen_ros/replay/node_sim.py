@@ -1,0 +1,256 @@
+"""The replay's stand-in for the ``oxygen`` node: bag messages in, engine frames, outputs recorded.
+
+:class:`NodeSim` is fed raw bag messages (``feed``) and runs frames (``frame``) with the node's
+own pieces: ``rclpy.serialization`` turns the CDR bytes into the message objects a subscription
+would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.convert`` convert them, the
+:class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
+settings, the engine runs the frame, ``chunk_to_joint_trajectory`` and ``TaskTextStream`` build
+the published messages. Bad input is counted in ``stats.drops``, never raised.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.serialization import deserialize_message
+from std_msgs.msg import String
+
+from oxygen_ros.ros.convert import JointStateError, chunk_to_joint_trajectory, joint_state_to_vector
+from oxygen_ros.ros.convert import StampBook
+from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.core.types import ActionChunk, Observation
+from oxygen_ros.ros.inputs import decode_image
+from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.model_setup import assembler_config
+from oxygen_ros.ros.observation import ObservationAssembler, Verdict
+from oxygen_ros.ros.streams.text import TaskTextStream
+from oxygen_ros.bags.reader import msg_class
+from oxygen_ros.bags.writer import BagOutput
+from oxygen_ros.replay.console import Console
+from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
+from oxygen_ros.replay.prepare import TopicMap
+
+__all__ = ['NodeSim']
+
+
+def _short(reason: str) -> str:
+    return re.sub(r'\s*\(.*\)$', '', reason)
+
+
+class NodeSim:
+    """Node inputs and outputs around one engine (see module doc).
+
+    Args:
+        cfg: node configuration; topics: its resolved topics; engine: the engine to drive.
+        types: topic -> bag message type (``pkg/msg/Name``) of every topic that will be fed.
+        start_ns: bag start (log time) — the zero of the bag clock.
+        writer: output bag (None: nothing written); console: terminal output.
+        reference_topic: a JointState topic recorded for the trajectory plot (e.g. commands).
+        stats: where frames, requests and drops are recorded.
+        now: wall clock (seconds).
+    """
+
+    def __init__(self, cfg: NodeConfig, topics: TopicMap, engine: Engine, types: dict[str, str],
+                 start_ns: int, writer: BagOutput | None, console: Console, stats: ReplayStats,
+                 reference_topic: str | None = None,
+                 now: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg, self.topics, self.engine, self.writer = cfg, topics, engine, writer
+        self.console, self.stats, self.start_ns, self.now = console, stats, start_ns, now
+        self.reference_topic = reference_topic
+        self.classes = {t: msg_class(m) for t, m in types.items()}
+        self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
+                                        decode_image, instruction=cfg.instruction)
+        self.streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
+        self.t0 = now()
+        self.bag_now_ns = start_ns  # bag clock: log time of the newest fed message
+        self.times: dict[str, list[float]] = {t: [] for t in (*topics.cameras, topics.joint_state)}
+        self.states: list[tuple[float, np.ndarray]] = []
+        self.reference: list[tuple[float, np.ndarray]] = []
+        self.chunks: list[ActionChunk] = []
+        self.texts: list[tuple[str, int, str]] = []
+        self.available: OrderedDict[float, float] = OrderedDict()  # input stamp -> wall arrival
+        self.stamps = StampBook()
+        self._asks: dict[int, str] = {}
+        self._n_asks = 0
+        self._obs_frames = 0
+        self.warmup = 1
+
+    # ------------------------------------------------------------------ inputs
+    def bag_time(self, log_ns: int | None = None) -> float:
+        """Seconds since the bag start on the bag clock."""
+        return ((self.bag_now_ns if log_ns is None else log_ns) - self.start_ns) / 1e9
+
+    def _stamp(self, msg: Any, log_ns: int) -> float:
+        stamp = self.stamps.remember(msg.header.stamp)
+        if stamp == 0.0:  # as the node: no header stamp -> receive time (here: the log time)
+            self.stats.drops['zero stamps (log time used)'] += 1
+            stamp = log_ns / 1e9
+        return stamp
+
+    def _verdict(self, verdict: Verdict, what: str) -> None:
+        if verdict is Verdict.OUT_OF_ORDER:
+            self.stats.drops[f'out of order ({what})'] += 1
+        elif verdict is Verdict.TIME_JUMP:
+            self.stats.drops['backwards time jumps (buffers cleared)'] += 1
+            self.console.line(f'[{self.bag_time():6.2f} s] {what}: time jumped backwards; input '
+                              'buffers cleared')
+
+    def feed(self, topic: str, log_ns: int, raw: bytes, arrival: float | None = None) -> str | None:
+        """Deliver one bag message as a subscription callback would.
+
+        Returns:
+            The image slot when a camera image was accepted (it may trigger a frame), else None.
+        """
+        self.bag_now_ns = max(self.bag_now_ns, log_ns)
+        arrival = self.now() if arrival is None else arrival
+        try:
+            msg = deserialize_message(raw, self.classes[topic])
+        except Exception:  # noqa: BLE001 - rmw raises RuntimeError subclasses for bad CDR
+            self.stats.drops[f'undecodable messages on {topic}'] += 1
+            return None
+        t = self.bag_time(log_ns)
+        if topic in self.topics.cameras:
+            slot = self.topics.cameras[topic][0]
+            stamp = self._stamp(msg, log_ns)
+            verdict = self.asm.add_image(slot, stamp, msg)
+            self._verdict(verdict, f'camera {slot}')
+            self.times[topic].append(t)
+            self._arrived(stamp, arrival)
+            return None if verdict is Verdict.OUT_OF_ORDER else slot
+        if topic == self.topics.joint_state or topic == self.reference_topic:
+            try:
+                vec = joint_state_to_vector(msg, self.cfg.joint_names)
+            except JointStateError as exc:
+                self.stats.drops[f'bad joint states on {topic}'] += 1
+                if self.stats.drops[f'bad joint states on {topic}'] == 1:
+                    self.console.line(f'[{t:6.2f} s] {topic}: {exc}; message dropped')
+                return None
+            stamp = self._stamp(msg, log_ns)
+            if topic == self.reference_topic:
+                self.reference.append((stamp, vec))
+                if topic != self.topics.joint_state:
+                    return None
+            self.times[topic].append(t)
+            self.states.append((stamp, vec))
+            self._verdict(self.asm.add_state(stamp, vec), 'joint state')
+            self._arrived(stamp, arrival)
+        if topic == self.topics.instruction:
+            self.asm.set_instruction(msg.data)
+        for task in self.topics.asks.get(topic, ()):
+            self._ask(task, msg.data, t)
+        return None
+
+    def _arrived(self, stamp: float, wall: float) -> None:
+        self.available.setdefault(stamp, wall)
+        while len(self.available) > 512:
+            self.available.popitem(last=False)
+
+    def _ask(self, task: str, text: str, t: float) -> None:
+        tc = self.engine.cfg.task(task)
+        seed = None
+        if tc.temperature > 0:  # reproducible sampling: one seed per ask (periodic requests
+            # sample from the global RNG, seeded with engine.seed: keep the streams apart)
+            seed = ((self.engine.cfg.seed + 1) * 1_000_003 + self._n_asks) & 0x7FFF_FFFF
+        self._n_asks += 1
+        try:
+            rid = self.engine.submit_request(task, text=text, seed=seed)
+        except (KeyError, ValueError) as exc:
+            self.stats.drops['asks rejected'] += 1
+            self.console.line(f'[{t:6.2f} s] ask ({task}) rejected: {exc}')
+            return
+        self._asks[rid] = text
+        self.console.ask(t, task, text)
+
+    # ------------------------------------------------------------------ frames
+    def assemble(self) -> Observation | None:
+        """The node's assembly step; a frame with nothing new is counted in ``stats.waiting``."""
+        a = self.asm.assemble()
+        for err in a.errors:
+            if self.asm.decode_errors == 1:
+                self.console.line(f'[{self.bag_time():6.2f} s] {err}; image dropped')
+        if a.observation is None:
+            self.stats.waiting[_short(a.waiting) if a.waiting else 'no new input since the last frame'] += 1
+        return a.observation
+
+    def frame(self, obs: Observation | None, available: float | None = None,
+              log_ns: int | None = None) -> FrameRecord:
+        """Run one engine frame on ``obs`` (None: language only) and record/write its outputs.
+
+        Args:
+            available: wall time the observation became available (default: now, or the
+                recorded arrival of its newest input when known).
+            log_ns: log time of the outputs (default: the bag clock).
+        """
+        log_ns = self.bag_now_ns if log_ns is None else log_ns
+        if obs is not None:
+            self.engine.submit_observation(obs)
+            if available is None:
+                available = self.available.get(obs.stamp, self.now())
+        start = self.now()
+        acted: list[float] = []
+
+        def on_action(chunk: ActionChunk) -> None:
+            acted.append(self.now())
+            self.chunks.append(chunk)
+            if self.writer is not None:
+                msg = chunk_to_joint_trajectory(np.asarray(chunk.actions), self.cfg.joint_names,
+                                                self.stamps.exact(chunk.stamp), self.cfg.control_period_s,
+                                                self.cfg.frame_id)
+                self.writer.write(self.topics.action, log_ns, msg)
+
+        res = self.engine.step(on_action=on_action)
+        m = res.metrics
+        warm = obs is not None and self._obs_frames < self.warmup
+        self._obs_frames += obs is not None
+        rec = FrameRecord(
+            frame_id=res.frame_id, wall_start=start - self.t0, bag_time=self.bag_time(log_ns),
+            has_obs=obs is not None, stamp=None if obs is None else obs.stamp,
+            action=res.action is not None,
+            latency=None if not acted or available is None else acted[0] - available,
+            frame_time=m.frame_time, vision=m.vision, prefill=m.prefill, denoise=m.denoise,
+            start=m.extra.get('start', 0.0), decode=m.decode, bookkeeping=m.bookkeeping,
+            decode_steps=m.decode_steps, decode_batch=m.decode_batch, tokens=m.tokens_emitted,
+            running=self.engine.running, blocks_in_use=m.blocks_in_use, blocks_total=m.blocks_total,
+            masked=() if obs is None else tuple(s for s, v in obs.images.items() if v is None),
+            error=res.error, warmup=warm)
+        self.stats.frames.append(rec)
+        if res.error:
+            self.console.line(f'[{rec.bag_time:6.2f} s] frame {res.frame_id}: {res.error}')
+        self.text(res.deltas, res.ended, log_ns, rec.bag_time)
+        return rec
+
+    def text(self, deltas: list, ended: list, log_ns: int, t: float) -> None:
+        """Serialise a frame's deltas and ended requests per task, write and show them."""
+        by_task: dict[str, list] = {}
+        for d in deltas:
+            by_task.setdefault(d.task, []).extend(self.streams[d.task].delta(d.request_id, d.text))
+        for r in ended:
+            by_task.setdefault(r.task, []).extend(self.streams[r.task].end(r.id, r.text))
+            self.stats.requests.append(RequestRecord(
+                r.id, r.task, self._asks.pop(r.id, ''), r.status.name.lower(), r.reason,
+                len(r.token_ids), r.text, r.time_to_first_token, r.latency, r.frame_id))
+            if r.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
+                self.stats.drops[f'language requests {r.status.name.lower()}'] += 1
+                self.console.line(f'[{t:6.2f} s] {r.task} #{r.id} {r.status.name.lower()}: {r.reason}')
+        for task, emits in by_task.items():
+            for e in emits:
+                if e.kind == 'delta' and not e.text:
+                    continue
+                if e.kind == 'text':
+                    self.texts.append((task, e.request_id, e.text))
+                if self.writer is not None:
+                    topic = self.topics.deltas[task] if e.kind == 'delta' else self.topics.texts[task]
+                    self.writer.write(topic, log_ns, String(data=e.text))
+            self.console.emit(t, task, emits)
+
+    def counts(self) -> None:
+        """Copy the assembler's counters into ``stats.drops``."""
+        c = self.asm.counts()
+        self.stats.drops['image decode errors'] += c['image_decode_errors']
+        self.stats.drops['observations dropped by the engine'] += self.engine.dropped_observations

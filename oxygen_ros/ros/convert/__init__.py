@@ -1,0 +1,25 @@
+"""Message converters: images, joint states, action chunks to trajectories, stamps and the stamp book.
+
+Pure functions over ROS messages and numpy; may import oxygen_ros.core only. The names are
+re-exported here: ``from oxygen_ros.ros.convert import image_to_rgb``.
+"""
+
+from oxygen_ros.ros.convert.images import (
+    SUPPORTED_COMPRESSED_FORMATS,
+    SUPPORTED_ENCODINGS,
+    ImageConversionError,
+    compressed_to_rgb,
+    image_to_rgb,
+    rgb_to_compressed_msg,
+    rgb_to_image_msg,
+)
+from oxygen_ros.ros.convert.joints import JointStateError, joint_state_to_vector
+from oxygen_ros.ros.convert.stamps import StampBook, make_header, sec_to_stamp, stamp_to_sec
+from oxygen_ros.ros.convert.trajectory import chunk_to_joint_trajectory
+
+__all__ = [
+    'SUPPORTED_COMPRESSED_FORMATS', 'SUPPORTED_ENCODINGS', 'ImageConversionError', 'JointStateError',
+    'StampBook', 'chunk_to_joint_trajectory', 'compressed_to_rgb', 'image_to_rgb',
+    'joint_state_to_vector', 'make_header', 'rgb_to_compressed_msg', 'rgb_to_image_msg',
+    'sec_to_stamp', 'stamp_to_sec',
+]

@@ -1,0 +1,152 @@
+"""Subscriptions of the ``oxygen`` node: cameras, joint states, instruction, language asks.
+
+Every callback is short and never waits for inference: images are stored undecoded in the
+:class:`~oxygen_ros.ros.observation.ObservationAssembler` (decoded later, only when used), joint states
+are picked by name and buffered, asks are queued in the engine. Bad input is counted and reported
+in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged once per kind), never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import String
+
+from oxygen_ros.ros.convert import (
+    JointStateError,
+    compressed_to_rgb,
+    image_to_rgb,
+    joint_state_to_vector,
+    StampBook,
+)
+from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.ros.diagnostics import WARN, ProblemLog
+from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.observation import ObservationAssembler, Verdict
+from oxygen_ros.ros.qos import qos_from_name
+
+__all__ = ['decode_image', 'InputHandler']
+
+
+def decode_image(msg: Image | CompressedImage) -> np.ndarray:
+    """uint8 ``[H, W, 3]`` RGB of a raw or compressed image message.
+
+    Raises:
+        ImageConversionError: unsupported encoding/format, bad size or corrupt payload.
+    """
+    if isinstance(msg, CompressedImage):
+        return compressed_to_rgb(msg)
+    return image_to_rgb(msg)
+
+
+class InputHandler:
+    """Creates the node's subscriptions and feeds the assembler and the engine.
+
+    Args:
+        node: the lifecycle node (subscriptions are created on it).
+        cfg: the validated configuration.
+        assembler: receives images, joint states and the instruction.
+        engine: receives language asks.
+        problems: where bad input is counted.
+        now: monotonic seconds (for the problem log).
+        on_time_jump: called (from a callback thread) when input time jumps backwards.
+    """
+
+    def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler, engine: Engine,
+                 problems: ProblemLog, now: Callable[[], float],
+                 on_time_jump: Callable[[], None]) -> None:
+        self._node, self._cfg, self._asm, self._engine = node, cfg, assembler, engine
+        self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
+        self.active = False
+        self.asks = 0
+        self.ignored_inactive = 0
+        self.zero_stamps = 0
+        self.stamps = StampBook()
+        self._subs: list[Any] = []
+        sensors = MutuallyExclusiveCallbackGroup()
+        language = MutuallyExclusiveCallbackGroup()
+        cam_qos = qos_from_name(cfg.camera_qos)
+        for slot, (topic, kind) in cfg.cameras.items():
+            msg_type = CompressedImage if kind == 'compressed' else Image
+            self._subs.append(node.create_subscription(
+                msg_type, topic, lambda m, s=slot: self._on_image(s, m), cam_qos,
+                callback_group=sensors))
+        self._subs.append(node.create_subscription(
+            JointState, cfg.joint_state_topic, self._on_joint_state,
+            qos_from_name(cfg.joint_state_qos), callback_group=sensors))
+        self._subs.append(node.create_subscription(
+            String, cfg.instruction_topic, self._on_instruction, qos_from_name(cfg.instruction_qos),
+            callback_group=language))
+        for task, topics in cfg.task_topics.items():
+            if topics.ask:
+                self._subs.append(node.create_subscription(
+                    String, topics.ask, lambda m, t=task: self._on_ask(t, m),
+                    qos_from_name(cfg.ask_qos), callback_group=language))
+
+    def destroy(self) -> None:
+        """Destroy every subscription."""
+        self.active = False
+        for sub in self._subs:
+            self._node.destroy_subscription(sub)
+        self._subs.clear()
+
+    # ------------------------------------------------------------------ helpers
+    def _report(self, kind: str, message: str, level: int = WARN) -> None:
+        if self._problems.report(kind, message, self._now(), level):
+            self._node.get_logger().warning(f'{kind}: {message} (further ones are only counted)')
+
+    def _stamp(self, msg: Any, what: str) -> float:
+        stamp = self.stamps.remember(msg.header.stamp)
+        if stamp == 0.0:  # publisher without stamps: use the receive time on the node's clock
+            self.zero_stamps += 1
+            self._report('zero_stamp', f'{what} has no header stamp; using the receive time')
+            stamp = self._node.get_clock().now().nanoseconds * 1e-9
+        return stamp
+
+    def _verdict(self, verdict: Verdict, what: str, stamp: float) -> None:
+        if verdict is Verdict.OUT_OF_ORDER:
+            self._report('out_of_order', f'{what}: message stamped {stamp:.3f} is older than the '
+                         'newest one; dropped')
+        elif verdict is Verdict.TIME_JUMP:
+            self._report('time_jump', f'{what}: stamp {stamp:.3f} jumped backwards by more than '
+                         f'{self._cfg.time_jump_s:g} s; input buffers cleared')
+            self._on_time_jump()
+
+    # ------------------------------------------------------------------ callbacks
+    def _on_image(self, slot: str, msg: Image | CompressedImage) -> None:
+        if not self.active:
+            self.ignored_inactive += 1
+            return
+        stamp = self._stamp(msg, f'camera {slot}')
+        self._verdict(self._asm.add_image(slot, stamp, msg), f'camera {slot}', stamp)
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        if not self.active:
+            self.ignored_inactive += 1
+            return
+        try:
+            state = joint_state_to_vector(msg, self._cfg.joint_names)
+        except JointStateError as exc:
+            self._report('bad_joint_state', f'{exc}; message dropped')
+            return
+        stamp = self._stamp(msg, 'joint state')
+        self._verdict(self._asm.add_state(stamp, state), 'joint state', stamp)
+
+    def _on_instruction(self, msg: String) -> None:
+        self._asm.set_instruction(msg.data)
+
+    def _on_ask(self, task: str, msg: String) -> None:
+        if not self.active:
+            self.ignored_inactive += 1
+            self._report('ask_ignored', f'{task} ask ignored: node not active')
+            return
+        try:
+            self._engine.submit_request(task, text=msg.data)
+            self.asks += 1
+        except (KeyError, ValueError) as exc:
+            self._report('bad_ask', f'{task} ask rejected: {exc}')

@@ -1,0 +1,234 @@
+"""The ``oxygen`` lifecycle node: cameras + joint states in, action chunks + streamed text out.
+
+Lifecycle (rclpy.lifecycle):
+- *configure*: read and validate every parameter (a bad one fails the transition with a message
+  naming it), load the model, allocate the engine's KV pool, create subscriptions and publishers;
+- *activate*: start the inference thread (and the per-step command timer if ``action_rate_hz``);
+- *deactivate*: stop them, drop buffered input; *cleanup*: free the model and the KV pool.
+With ``autostart`` (default) :func:`main` takes the node to *active* right away.
+
+Threads: a SingleThreadedExecutor runs the (short) callbacks (callback groups: sensors, language
+inputs, command timer, diagnostics timer, lifecycle services) and one inference thread runs the engine
+(:mod:`oxygen_ros.ros.inference`). /diagnostics is published in every state.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+
+from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
+from oxygen_ros.ros.inference import InferenceWorker
+from oxygen_ros.ros.inputs import InputHandler, decode_image
+from oxygen_ros.ros.node_status import inference_status
+from oxygen_ros.ros.node_params import NodeConfig, declare_node_params, read_node_config
+from oxygen_ros.ros.model_setup import assembler_config, load_policy
+from oxygen_ros.ros.observation import ObservationAssembler
+from oxygen_ros.ros.outputs import Outputs
+from oxygen_ros.ros.params import ParamError
+
+__all__ = ['OxygenNode', 'main']
+
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+class OxygenNode(LifecycleNode):
+    """π0.5 VLA executor node (see module doc). ``kwargs`` go to ``LifecycleNode``."""
+
+    def __init__(self, node_name: str = 'oxygen', **kwargs) -> None:
+        super().__init__(node_name, **kwargs)
+        declare_node_params(self)
+        self.problems = ProblemLog()
+        self.stats = FrameStats()
+        self.cfg: NodeConfig | None = None
+        self.configure_error = ''
+        self.lifecycle_state = 'unconfigured'
+        self.policy = self.engine = self.assembler = None
+        self.inputs: InputHandler | None = None
+        self.outputs: Outputs | None = None
+        self.worker: InferenceWorker | None = None
+        self._command_timer = None
+        self._command_group = MutuallyExclusiveCallbackGroup()
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        period = self.get_parameter('diagnostics_period_s').value
+        if not isinstance(period, (int, float)) or not 0.05 <= period <= 60.0:
+            period = 1.0  # an invalid value is reported at configure
+        self._diag_timer = self.create_timer(float(period), self._publish_diagnostics,
+                                             callback_group=MutuallyExclusiveCallbackGroup())
+
+    # ------------------------------------------------------------------ helpers
+    def report(self, kind: str, message: str, level: int = WARN) -> None:
+        """Count a problem for /diagnostics; log it the first time its kind occurs."""
+        if self.problems.report(kind, message, time.monotonic(), level):
+            log = self.get_logger().error if level >= ERROR else self.get_logger().warning
+            log(f'{kind}: {message}')
+
+    def _on_time_jump(self) -> None:
+        if self.outputs is not None:
+            self.outputs.command_stream.clear()
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Validate parameters, load the model, allocate the KV pool, create pubs/subs."""
+        try:
+            cfg = read_node_config(self)
+        except ParamError as exc:
+            return self._fail_configure(str(exc))
+        try:
+            self._load(cfg)
+        except Exception as exc:  # model files, CUDA, sizes: report instead of crashing
+            self._release()
+            return self._fail_configure(f'{type(exc).__name__}: {exc}')
+        self.cfg, self.configure_error, self.lifecycle_state = cfg, '', 'inactive'
+        self.get_logger().info(
+            f'configured: model {cfg.model!r} on {self.policy.model.device} '
+            f'({self.policy.model.dtype}), cameras {sorted(cfg.cameras)}, '
+            f'{len(cfg.joint_names)} joints, KV pool {self.engine.pool.blocks.num_blocks} blocks')
+        return SUCCESS
+
+    def _fail_configure(self, message: str) -> TransitionCallbackReturn:
+        self.configure_error = message
+        self.get_logger().error(f'configure failed: {message}')
+        return FAILURE
+
+    def _load(self, cfg: NodeConfig) -> None:
+        from oxygen_ros.core.engine.engine import Engine
+
+        self.policy = load_policy(cfg)
+        slots = tuple(self.policy.cfg.image_slots)
+        self.engine = Engine(self.policy, cfg.engine)
+        self.engine.warmup()
+        acfg = assembler_config(cfg, slots)
+        self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)
+        self.cfg = cfg
+        self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report)
+        self.inputs = InputHandler(self, cfg, self.assembler, self.engine, self.problems,
+                                    time.monotonic, self._on_time_jump)
+        self.outputs.stamp_of = self.inputs.stamps.exact
+        self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
+                                      self.report, self.get_logger(), cfg.camera_sync_s)
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the inference thread, the command timer and input processing."""
+        ret = super().on_activate(state)  # enables the lifecycle publishers
+        if self.cfg.action_rate_hz > 0:
+            self._command_timer = self.create_timer(1.0 / self.cfg.action_rate_hz, self._command_tick,
+                                                    callback_group=self._command_group)
+        self.worker.start()
+        self.inputs.active = True
+        self.lifecycle_state = 'active'
+        return ret
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop input processing, the command timer and the inference thread."""
+        self._stop_activity()
+        self.lifecycle_state = 'inactive'
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Destroy pubs/subs, cancel every request, free the model and the KV pool."""
+        self._release()
+        self.lifecycle_state = 'unconfigured'
+        return SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop everything and free memory."""
+        self.teardown()
+        return SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Free everything; back to *unconfigured*."""
+        self.teardown()
+        return SUCCESS
+
+    def _stop_activity(self) -> None:
+        if self.inputs is not None:
+            self.inputs.active = False
+        if self._command_timer is not None:
+            self.destroy_timer(self._command_timer)
+            self._command_timer = None
+        if self.worker is not None and not self.worker.stop():
+            self.get_logger().error('inference thread did not stop within 30 s')
+        if self.assembler is not None:
+            self.assembler.clear()
+        if self.outputs is not None:
+            self.outputs.command_stream.clear()
+
+    def _release(self) -> None:
+        self._stop_activity()
+        if self.inputs is not None:
+            self.inputs.destroy()
+        if self.outputs is not None:
+            self.outputs.destroy()
+        if self.engine is not None:
+            self.engine.close()
+        device = getattr(getattr(self.policy, 'model', None), 'device', None)
+        self.policy = self.engine = self.assembler = None
+        self.inputs = self.outputs = self.worker = None
+        gc.collect()
+        if device is not None and device.type == 'cuda':
+            import torch
+            torch.cuda.empty_cache()
+
+    def teardown(self) -> None:
+        """Stop the inference thread and free everything (idempotent; safe after rclpy shutdown)."""
+        self._release()
+        self.lifecycle_state = 'finalized'
+
+    # ------------------------------------------------------------------ timers
+    def _command_tick(self) -> None:
+        outputs = self.outputs
+        if outputs is None or self.lifecycle_state != 'active':
+            return
+        try:
+            if outputs.publish_command(self.get_clock().now().nanoseconds * 1e-9):
+                self.stats.record_command(time.monotonic())
+        except Exception as exc:  # racing a transition: never let a timer kill the executor
+            self.report('command_error', f'{type(exc).__name__}: {exc}', ERROR)
+
+    def _publish_diagnostics(self) -> None:
+        try:
+            msg = DiagnosticArray()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.status = [inference_status(self, time.monotonic())]
+            self._diag_pub.publish(msg)
+        except Exception as exc:  # e.g. racing a cleanup; the next period reports again
+            self.get_logger().debug(f'diagnostics skipped: {type(exc).__name__}: {exc}')
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console script ``oxygen_node``: run the node until SIGINT; returns the exit status (0)."""
+    rclpy.init(args=args)
+    # The inference thread issues hundreds of short torch calls per frame, each needing the GIL;
+    # with the default 5 ms switch interval a busy executor thread (a topic flood) makes it wait
+    # up to 5 ms per call. A short interval keeps the action path responsive.
+    sys.setswitchinterval(0.00005)
+    node = OxygenNode()
+    # One executor thread: every callback is short (inference has its own thread). rclpy's
+    # MultiThreadedExecutor busy-spins over its task list and starves the inference thread of the GIL.
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        if node.get_parameter('autostart').value is not False:
+            if node.trigger_configure() == SUCCESS:
+                node.trigger_activate()
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.teardown()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

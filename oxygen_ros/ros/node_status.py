@@ -1,0 +1,85 @@
+"""The ``<node>: inference`` DiagnosticStatus of the ``oxygen`` node.
+
+Level and message: ERROR when configure failed or inference raised recently; WARN while not
+active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
+OK otherwise. Key/values: lifecycle state, model, device, dtype, rates (frame, chunk, action = H/T,
+command), tok/s, p50/p99 frame time, decode batch, requests running/queued, KV blocks in use /
+total, deadline misses and every drop counter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from diagnostic_msgs.msg import DiagnosticStatus
+
+from oxygen_ros.ros.diagnostics import ERROR, OK, WARN, FrameStats, ProblemLog, build_status
+
+__all__ = ['NodeView', 'inference_status']
+
+
+class NodeView(Protocol):
+    """What the status reads of the node (``oxygen_ros.ros.node.OxygenNode`` provides it).
+
+    A protocol rather than an import of the node class, so this module stays below the node.
+    """
+
+    cfg: Any
+    policy: Any
+    engine: Any
+    worker: Any
+    assembler: Any
+    inputs: Any
+    stats: FrameStats
+    problems: ProblemLog
+    configure_error: str
+    lifecycle_state: str
+
+    def get_name(self) -> str: ...
+
+    def get_parameter(self, name: str) -> Any: ...
+
+
+def _values(node: NodeView, now: float) -> dict[str, object]:
+    cfg = node.cfg
+    values: dict[str, object] = {'state': node.lifecycle_state}
+    if node.policy is None or cfg is None:
+        values['model'] = node.get_parameter('model').value
+        return values
+    model = node.policy.model
+    values.update(model=cfg.model, device=str(model.device), dtype=str(model.dtype).replace('torch.', ''),
+                  engine_mode=cfg.engine.mode)
+    values.update(node.stats.summary(now, node.policy.cfg.action_horizon))
+    values.update(node.worker.snapshot if node.worker else {})
+    values.update(kv_blocks_in_use=node.stats.blocks_in_use, kv_blocks_total=node.stats.blocks_total,
+                  frames=node.stats.total_frames, chunks=node.stats.total_chunks,
+                  tokens=node.stats.total_tokens, deadline_misses=node.stats.deadline_misses,
+                  dropped_observations=node.engine.dropped_observations)
+    values.update(node.assembler.counts())
+    if node.inputs is not None:
+        values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
+    values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
+    return values
+
+
+def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
+    """Build the status from the node's current state (``now``: monotonic seconds)."""
+    name = f'{node.get_name()}: inference'
+    values = _values(node, now)
+    hw = str(values.get('device', node.get_parameter('device').value or 'unknown'))
+    if node.configure_error and node.lifecycle_state == 'unconfigured':
+        return build_status(name, hw, ERROR, f'configure failed: {node.configure_error}', values)
+    if node.lifecycle_state != 'active':
+        return build_status(name, hw, WARN, f'not active ({node.lifecycle_state})', values)
+    level, parts = OK, []
+    waiting, notes = node.assembler.status()
+    parts = ([waiting] if waiting else []) + list(notes)
+    if parts:
+        level = WARN
+    for plevel, kind, message, count in node.problems.recent(now):
+        level = max(level, plevel)
+        parts.append(f'{kind} x{count}: {message}')
+    if not parts:
+        parts = [f'running: {values.get("chunk_hz", 0.0):.1f} chunks/s, '
+                 f'{values.get("tok_per_s", 0.0):.1f} tok/s']
+    return build_status(name, hw, level, '; '.join(parts), values)

@@ -1,0 +1,136 @@
+"""Publications of the ``oxygen`` node: action chunks, per-step commands, text, model input.
+
+All publishers are lifecycle publishers (silent unless the node is active). ``publish_*`` methods
+are called from the inference thread (chunks, text, debug images) or the command timer; none of
+them raises for bad data — a chunk with the wrong shape or a non-finite value is refused and
+reported, so nothing non-finite ever reaches the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.lifecycle import LifecycleNode
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
+
+from oxygen_ros.ros.streams.commands import CommandStream
+from oxygen_ros.ros.convert import chunk_to_joint_trajectory, rgb_to_image_msg, sec_to_stamp
+from oxygen_ros.core.processing import resize_with_pad
+from oxygen_ros.core.types import ActionChunk
+from oxygen_ros.ros.diagnostics import ERROR, WARN
+from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
+from oxygen_ros.ros.streams.text import Emit
+
+__all__ = ['Outputs']
+
+
+class Outputs:
+    """Creates the node's publishers and publishes onto them.
+
+    Args:
+        node: the lifecycle node.
+        cfg: the validated configuration.
+        slots: model image slots (for the debug model-input topics).
+        image_size: model image side in pixels (debug images show the resized, padded input).
+        report: ``report(kind, message, level)`` for refused outputs.
+    """
+
+    def __init__(self, node: LifecycleNode, cfg: NodeConfig, slots: tuple[str, ...],
+                 image_size: int, report: Callable[[str, str, int], None]) -> None:
+        self._node, self._cfg, self._report, self._size = node, cfg, report, image_size
+        self._pubs = []
+        self.action = self._pub(JointTrajectory, cfg.action_topic, cfg.action_qos)
+        self.deltas, self.texts = {}, {}
+        for task, topics in cfg.task_topics.items():
+            self.deltas[task] = self._pub(String, topics.delta, cfg.text_qos)
+            self.texts[task] = self._pub(String, topics.text, cfg.text_qos)
+        self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
+        self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
+        self.command = None
+        if cfg.action_rate_hz > 0:
+            cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
+            self.command = self._pub(cmd_type, cfg.command_topic, cfg.command_qos)
+        self.model_input = {}
+        if cfg.debug_model_input:
+            for slot in slots:
+                self.model_input[slot] = node.create_lifecycle_publisher(
+                    Image, f'~/model_input/{slot}', sensor_data_qos())
+                self._pubs.append(self.model_input[slot])
+        self.chunks = 0
+        self.commands = 0
+
+    def _pub(self, msg_type: type, topic: str, qos: str):
+        pub = self._node.create_lifecycle_publisher(msg_type, topic, qos_from_name(qos))
+        self._pubs.append(pub)
+        return pub
+
+    def destroy(self) -> None:
+        """Destroy every publisher."""
+        for pub in self._pubs:
+            self._node.destroy_lifecycle_publisher(pub)
+        self._pubs.clear()
+
+    # ------------------------------------------------------------------ inference thread
+    def publish_chunk(self, chunk: ActionChunk) -> bool:
+        """Publish ``chunk`` as a JointTrajectory (stamp = observation stamp) and hand it to the
+        command stream. Returns False (and reports) when it is refused."""
+        names = self._cfg.joint_names
+        actions = np.asarray(chunk.actions)
+        try:
+            if actions.ndim != 2 or actions.shape[1] != len(names):
+                raise ValueError(f'chunk shape {actions.shape} does not match {len(names)} joints')
+            msg = chunk_to_joint_trajectory(actions, names, self.stamp_of(chunk.stamp),
+                                            self._cfg.control_period_s, self._cfg.frame_id)
+        except ValueError as exc:
+            self._report('action_refused', f'action chunk of frame {chunk.frame_id} not '
+                         f'published: {exc}', ERROR)
+            return False
+        self.action.publish(msg)
+        self.chunks += 1
+        if self.command is not None:
+            self.command_stream.set_chunk(actions, chunk.stamp)
+        return True
+
+    def publish_text(self, task: str, emits: list[Emit]) -> None:
+        """Publish a task's deltas / finished texts in order (empty deltas are skipped)."""
+        for e in emits:
+            if e.kind == 'delta' and not e.text:
+                continue
+            pub = self.deltas[task] if e.kind == 'delta' else self.texts[task]
+            pub.publish(String(data=e.text))
+
+    def publish_model_input(self, images: dict[str, np.ndarray | None], stamp: float) -> None:
+        """Publish each present slot as the model sees it (resized with padding, rgb8)."""
+        for slot, img in images.items():
+            pub = self.model_input.get(slot)
+            if pub is None or img is None:
+                continue
+            x = resize_with_pad(img, self._size, name=slot)  # [-1, 1]
+            rgb = np.clip(np.rint((x + 1.0) * 127.5), 0, 255).astype(np.uint8)
+            pub.publish(rgb_to_image_msg(rgb, 'rgb8', stamp=stamp, frame_id=slot))
+
+    # ------------------------------------------------------------------ command timer
+    def publish_command(self, now: float) -> bool:
+        """One command tick at ``now`` (node clock, seconds). Returns True if a command went out."""
+        if self.command is None:
+            return False
+        sample = self.command_stream.sample(now)
+        if sample.positions is None:
+            if sample.reason == 'chunk expired':
+                self._report('command_expired', 'per-step commands paused: the newest chunk has '
+                             'expired (no new chunk in time)', WARN)
+            return False
+        header_stamp = sec_to_stamp(now)
+        if self._cfg.command_type == 'joint_state':
+            msg = JointState(name=list(self._cfg.joint_names), position=sample.positions.tolist())
+            msg.header.stamp, msg.header.frame_id = header_stamp, self._cfg.frame_id
+        else:
+            msg = Float64MultiArray(data=sample.positions.tolist())
+        self.command.publish(msg)
+        self.commands += 1
+        return True

@@ -1,0 +1,136 @@
+"""The closed-loop script's ROS listener: chunks, executed commands, joint states, text and
+diagnostics of the sim and oxygen nodes, collected in a background thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ['LoopMonitor']
+
+
+class LoopMonitor:
+    """A ROS participant (own Context) watching the loop: chunks, text, diagnostics, commands.
+
+    Args:
+        domain_id: ROS domain of the loop.
+        ask_topic: where :meth:`ask` publishes (the oxygen node's conversation ask topic).
+        delta_topic / text_topic: the conversation task's outputs.
+        action_topic: the chunk topic.
+    """
+
+    def __init__(self, domain_id: int, ask_topic: str = 'ask',
+                 delta_topic: str = 'conversation/delta', text_topic: str = 'conversation/text',
+                 action_topic: str = 'action_chunk') -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos, text_qos
+
+        self._String = String
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain_id,
+                   signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node('closed_loop_monitor', context=self.context)
+        self._lock = threading.Lock()
+        self.chunks: list[tuple[float, float]] = []  # (wall receive, stamp)
+        self.deltas: list[tuple[float, str]] = []
+        self.texts: list[tuple[float, str]] = []
+        self.diags: dict[str, list[tuple[float, dict[str, str], int, str]]] = {}
+        self.executed: list[tuple[float, str, np.ndarray]] = []  # (stamp, state, positions)
+        self.joint_first: np.ndarray | None = None
+        self.joint_max_dev = 0.0
+        n = self.node
+        n.create_subscription(JointTrajectory, action_topic, self._on_chunk, reliable_qos(100))
+        n.create_subscription(String, delta_topic, lambda m: self._text(self.deltas, m), text_qos())
+        n.create_subscription(String, text_topic, lambda m: self._text(self.texts, m), text_qos())
+        n.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, reliable_qos(50))
+        n.create_subscription(JointState, 'aloha_sim/executed_command', self._on_executed,
+                              reliable_qos(500))
+        n.create_subscription(JointState, 'joint_states', self._on_joints, sensor_data_qos(10))
+        self.ask_pub = n.create_publisher(String, ask_topic, reliable_qos())
+        self._executor = SingleThreadedExecutor(context=self.context)
+        self._executor.add_node(n)
+        self._thread = threading.Thread(target=self._spin, name='loop-monitor', daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self.context.ok():
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except Exception:
+                if not self.context.ok():
+                    return
+                raise
+
+    # callbacks
+    def _on_chunk(self, msg: Any) -> None:
+        with self._lock:
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            self.chunks.append((time.monotonic(), stamp))
+
+    def _text(self, sink: list, msg: Any) -> None:
+        with self._lock:
+            sink.append((time.monotonic(), msg.data))
+
+    def _on_diag(self, msg: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for st in msg.status:
+                values = {kv.key: kv.value for kv in st.values}
+                self.diags.setdefault(st.name, []).append((now, values, st.level[0], st.message))
+
+    def _on_executed(self, msg: Any) -> None:
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        with self._lock:
+            self.executed.append((stamp, msg.header.frame_id,
+                                  np.asarray(msg.position, dtype=float)))
+
+    def _on_joints(self, msg: Any) -> None:
+        q = np.asarray(msg.position, dtype=float)
+        with self._lock:
+            if self.joint_first is None:
+                self.joint_first = q
+            elif q.shape == self.joint_first.shape:
+                self.joint_max_dev = max(self.joint_max_dev,
+                                         float(np.max(np.abs(q - self.joint_first))))
+
+    # queries
+    def n_chunks(self) -> int:
+        with self._lock:
+            return len(self.chunks)
+
+    def last_diag(self, name: str) -> dict[str, str]:
+        """Key/values of the newest status ``name`` (empty when none yet)."""
+        with self._lock:
+            items = self.diags.get(name, [])
+            return dict(items[-1][1]) if items else {}
+
+    def diag_history(self, name: str) -> list[tuple[float, dict[str, str], int, str]]:
+        with self._lock:
+            return list(self.diags.get(name, []))
+
+    def n_diags(self, name: str) -> int:
+        with self._lock:
+            return len(self.diags.get(name, []))
+
+    def ask(self, text: str) -> bool:
+        """Publish an ask if the oxygen node subscribes to it; returns whether it was sent."""
+        if self.ask_pub.get_subscription_count() == 0:
+            return False
+        self.ask_pub.publish(self._String(data=text))
+        return True
+
+    def close(self) -> None:
+        self.context.try_shutdown()
+        self._thread.join(5)
+        self._executor.shutdown()

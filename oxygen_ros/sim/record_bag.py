@@ -1,0 +1,295 @@
+"""Record the ALOHA MuJoCo simulation running a scripted pick-and-lift into a rosbag2 (mcap) folder.
+
+Console script ``record_sim_bag``. Written with the ``rosbags`` library (its own CDR serializer and
+the ROS 2 Kilted typestore; these message types hash identically in Jazzy), no rclpy needed.
+
+Topics (all stamps are simulated time from the fixed epoch ``EPOCH_NS``; bag log time = header
+stamp, so the bag is deterministic for the same flags and library versions):
+
+- ``/cam_high/image_raw/compressed``, ``/cam_left_wrist/image_raw/compressed``,
+  ``/cam_right_wrist/image_raw/compressed``: ``sensor_msgs/CompressedImage`` JPEG (format
+  ``"rgb8; jpeg compressed bgr8"``) of the MJCF cameras ``top``, ``left_wrist``, ``right_wrist``
+  at ``--camera-rate``;
+- ``/joint_states``: ``sensor_msgs/JointState``, the 14 ``JOINT_NAMES`` with position and velocity,
+  every control step (``--fps``);
+- ``/commanded_action``: ``sensor_msgs/JointState``, the 14 position targets sent at that stamp
+  (computed from the state stamped the same; applied for the next control period);
+- ``/instruction``: ``std_msgs/String``, at t = 0 and every ``INSTRUCTION_PERIOD_S``;
+- ``/ask``: ``std_msgs/String``, the language asks of ``ASKS`` that fall inside the recording.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+
+from oxygen_ros.sim.sample_writer import SampleBagWriter, check_replaceable
+from oxygen_ros.sim.scene import (
+    CAMERA_SLOTS,
+    CONTROL_RATE_HZ,
+    DEFAULT_CAMERAS,
+    DEFAULT_IMAGE_SIZE,
+    JOINT_NAMES,
+)
+
+EPOCH_NS = 1_700_000_000 * 10**9
+"""Stamp of the first message (2023-11-14T22:13:20Z), nanoseconds since the Unix epoch."""
+
+CAMERA_TOPICS: dict[str, str] = {
+    "top": "/cam_high/image_raw/compressed",
+    "left_wrist": "/cam_left_wrist/image_raw/compressed",
+    "right_wrist": "/cam_right_wrist/image_raw/compressed",
+}
+"""MJCF camera -> topic (ALOHA's camera names); other cameras get ``/cam_<name>/image_raw/compressed``."""
+
+JOINT_STATES_TOPIC = "/joint_states"
+COMMAND_TOPIC = "/commanded_action"
+INSTRUCTION_TOPIC = "/instruction"
+ASK_TOPIC = "/ask"
+DEFAULT_INSTRUCTION = "pick up the red cube"
+INSTRUCTION_PERIOD_S = 2.0
+ASKS: tuple[tuple[float, str], ...] = (
+    (0.5, "What do you see?"),
+    (3.0, "Which gripper is closest to the cube?"),
+    (7.0, "Is the cube lifted off the table?"),
+    (9.0, "Describe what the robot just did."),
+)
+"""(seconds after start, text) of the language asks."""
+
+DEFAULT_OUT = Path("data/aloha_sim_sample")
+SIM_REQUIREMENTS = "pip install mujoco==3.8.1 gym-aloha==0.1.5"
+
+
+def camera_topic(camera: str) -> str:
+    """Topic of an MJCF camera's compressed image stream."""
+    return CAMERA_TOPICS.get(camera, f"/cam_{camera}/image_raw/compressed")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """Parse ``WIDTHxHEIGHT`` (e.g. ``320x240``) or ``N`` (square) into ``(height, width)``.
+
+    Raises:
+        argparse.ArgumentTypeError: malformed or non-positive size.
+    """
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or min(parts) <= 0:
+        raise argparse.ArgumentTypeError(f"size must be WIDTHxHEIGHT or N, got {text!r}")
+    return parts[1], parts[0]
+
+
+@dataclass
+class RecordResult:
+    """What a recording wrote: bag folder, message count per topic, bag size in bytes, wall time s."""
+
+    path: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    size_bytes: int = 0
+    wall_s: float = 0.0
+
+
+def _due(tick: int, rate: Fraction, fps: Fraction) -> bool:
+    """Whether a ``rate`` Hz stream emits at control tick ``tick`` of an ``fps`` Hz loop.
+
+    The stream emits at the first tick at or after each of its periods (tick 0 included), so any
+    rate up to ``fps`` gives exactly ``rate`` messages per second of ticks on average.
+    """
+    return (tick * rate) % fps < rate
+
+
+def record(
+    out: Path,
+    seconds: float = 10.0,
+    fps: float = CONTROL_RATE_HZ,
+    camera_rate: float = 10.0,
+    size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+    seed: int = 0,
+    cameras: Sequence[str] = DEFAULT_CAMERAS,
+    instruction: str = DEFAULT_INSTRUCTION,
+    jpeg_quality: int = 85,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> RecordResult:
+    """Run the scripted simulation and write the bag folder ``out`` (metadata.yaml + one .mcap).
+
+    Args:
+        out: bag folder to create.
+        seconds: recorded duration; ``round(seconds * fps)`` control steps.
+        fps: control rate in Hz (joint states and commands); a whole number of 2 ms physics steps.
+        camera_rate: camera rate in Hz, ``0 < camera_rate <= fps``.
+        size: image ``(height, width)`` in pixels.
+        seed: cube placement seed.
+        cameras: MJCF cameras to record.
+        instruction: text published on ``/instruction``.
+        jpeg_quality: OpenCV JPEG quality, 1..100.
+        overwrite: replace an existing ``out``; the old one is removed only after the new bag is
+            complete.
+        progress: show a tqdm progress bar.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``overwrite`` is false, or ``out`` is not a bag folder
+            (holds anything but bag files), so ``overwrite`` will not delete it.
+        ValueError: bad rates, duration, size, JPEG quality or camera.
+        ImportError: mujoco / gym-aloha are not installed.
+    """
+    from tqdm import tqdm
+
+    from oxygen_ros.sim.scene import ScriptedPickLift, SimScene
+
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+        check_replaceable(out)
+    if len(set(cameras)) != len(cameras):
+        raise ValueError(f"duplicate camera in {list(cameras)}")
+    fps_q, cam_q = Fraction(str(fps)), Fraction(str(camera_rate))
+    if fps_q <= 0:
+        raise ValueError(f"control rate must be positive, got {fps} Hz")
+    if not 0 < cam_q <= fps_q:
+        raise ValueError(f"camera rate must be in (0, fps={fps}] Hz, got {camera_rate}")
+    n_steps = round(seconds * fps)
+    if n_steps < 1:
+        raise ValueError(f"--seconds {seconds} at {fps} Hz records no control step")
+    if not 1 <= jpeg_quality <= 100:
+        raise ValueError(f"JPEG quality must be in 1..100, got {jpeg_quality}")
+
+    t_wall = time.perf_counter()
+    scene = SimScene(cameras=cameras, image_size=size, control_rate_hz=fps)
+    # Written next to ``out`` and moved into place when complete; the inner folder carries the final
+    # name because rosbags names the .mcap file after its folder.
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    bag: SampleBagWriter | None = None
+    try:
+        types = {camera_topic(c): "sensor_msgs/msg/CompressedImage" for c in cameras}
+        types[JOINT_STATES_TOPIC] = types[COMMAND_TOPIC] = "sensor_msgs/msg/JointState"
+        types[INSTRUCTION_TOPIC] = types[ASK_TOPIC] = "std_msgs/msg/String"
+        bag = SampleBagWriter(tmp / out.name, types, JOINT_NAMES)
+        bag.writer.set_custom_data(
+            "oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}"
+        )
+        bag.writer.set_custom_data(
+            "oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items())
+        )
+        bag.writer.set_custom_data("oxygen_ros.gripper_units", "normalised opening, 0 closed .. 1 open")
+        scene.reset(seed)
+        motion = ScriptedPickLift(scene)
+        asks = sorted(ASKS)
+        period_ns = Fraction(10**9) / fps_q
+        next_instruction = 0.0
+        for k in tqdm(range(n_steps), desc=f"recording {out.name}", unit="step", disable=not progress):
+            stamp_ns = EPOCH_NS + round(k * period_ns)
+            t = (stamp_ns - EPOCH_NS) / 1e9
+            if t + 1e-9 >= next_instruction:
+                bag.text(INSTRUCTION_TOPIC, instruction, stamp_ns)
+                next_instruction += INSTRUCTION_PERIOD_S
+            while asks and asks[0][0] <= t + 1e-9:
+                bag.text(ASK_TOPIC, asks.pop(0)[1], stamp_ns)
+            bag.joints(JOINT_STATES_TOPIC, scene.joint_positions(), scene.joint_velocities(), stamp_ns)
+            if _due(k, cam_q, fps_q):
+                for cam, rgb in scene.render().items():
+                    bag.jpeg(camera_topic(cam), rgb, f"{cam}_camera", jpeg_quality, stamp_ns)
+            command = motion(t)
+            bag.joints(COMMAND_TOPIC, command, None, stamp_ns)
+            scene.step(command)
+        bag.writer.close()
+    except BaseException:
+        if bag is not None:
+            bag.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        scene.close()
+
+    if out.exists():  # a bag folder, checked by check_replaceable above
+        shutil.rmtree(out)
+    (tmp / out.name).rename(out)
+    tmp.rmdir()
+    size_bytes = sum(p.stat().st_size for p in out.iterdir())
+    return RecordResult(out, dict(bag.counts), size_bytes, time.perf_counter() - t_wall)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags of ``record_sim_bag``."""
+    p = argparse.ArgumentParser(prog="record_sim_bag", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="bag folder to write (default: %(default)s)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="duration in sim seconds; the script moves for 10 s, then holds (default: %(default)s)",
+    )
+    p.add_argument(
+        "--fps",
+        type=float,
+        default=CONTROL_RATE_HZ,
+        help="control / joint-state rate in Hz (default: %(default)s)",
+    )
+    p.add_argument("--camera-rate", type=float, default=10.0, help="camera rate in Hz (default: %(default)s)")
+    p.add_argument(
+        "--size",
+        type=parse_size,
+        default=DEFAULT_IMAGE_SIZE,
+        metavar="WxH",
+        help=f"image width x height, or N for NxN (default: {DEFAULT_IMAGE_SIZE[1]}x{DEFAULT_IMAGE_SIZE[0]})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="cube placement seed (default: %(default)s)")
+    p.add_argument(
+        "--cameras",
+        default=",".join(DEFAULT_CAMERAS),
+        help="comma-separated MJCF cameras (default: %(default)s)",
+    )
+    p.add_argument(
+        "--instruction", default=DEFAULT_INSTRUCTION, help="task instruction text (default: %(default)r)"
+    )
+    p.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality 1..100 (default: %(default)s)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 simulator not installed, 2 bad arguments/existing bag)."""
+    args = build_parser().parse_args(argv)
+    try:
+        result = record(
+            args.out,
+            seconds=args.seconds,
+            fps=args.fps,
+            camera_rate=args.camera_rate,
+            size=args.size,
+            seed=args.seed,
+            cameras=[c for c in args.cameras.split(",") if c],
+            instruction=args.instruction,
+            jpeg_quality=args.jpeg_quality,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+    except (FileExistsError, ValueError) as exc:
+        print(f"record_sim_bag: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        print(f"record_sim_bag: error: {exc}; the simulator needs {SIM_REQUIREMENTS}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.wall_s:.1f} s")
+    for topic, n in sorted(result.counts.items()):
+        print(f"  {topic}: {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Command-line tools: sample-bag recording, simulation, replay, benchmarks."""

@@ -1,0 +1,176 @@
+"""bag_player: the sample bag over real DDS (own domain, localhost), alone and into the oxygen node."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import rclpy
+from domain_coordinator import domain_id
+from rclpy.context import Context
+from rclpy.serialization import deserialize_message
+from rclpy.signals import SignalHandlerOptions
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CompressedImage, JointState
+
+from bag_edit import SAMPLE_BAG, start_ns
+from ros_helpers import REPO, RosPeer, node_process, ros_env
+from oxygen_ros.core.config import get_preset
+from oxygen_ros.ros.qos import reliable_qos
+from oxygen_ros.bags.reader import BagInput
+from oxygen_ros.bags.player import BagPlayer, main, qos_from_recorded
+from oxygen_ros.sim.scene import JOINT_NAMES
+
+pytestmark = pytest.mark.ros
+T0 = start_ns()
+CAM = '/cam_high/image_raw/compressed'
+INPUTS = [CAM, '/cam_left_wrist/image_raw/compressed', '/cam_right_wrist/image_raw/compressed',
+          '/joint_states', '/instruction', '/ask']
+
+
+def _stamp_ns(msg) -> int:
+    return msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+
+
+@pytest.fixture
+def player_node():
+    """(domain id, an rclpy node in its own context on that domain) for the player."""
+    with domain_id() as dom:
+        ctx = Context()
+        rclpy.init(context=ctx, domain_id=dom, signal_handler_options=SignalHandlerOptions.NO)
+        node = rclpy.create_node('test_bag_player', context=ctx)
+        try:
+            yield dom, node
+        finally:
+            node.destroy_node()
+            ctx.try_shutdown()
+
+
+def test_plays_recorded_bytes_at_recorded_timing_with_clock(player_node):
+    dom, node = player_node
+    peer = RosPeer(dom, 'listener')
+    try:
+        peer.collect(JointState, '/joint_states', reliable_qos(1000))
+        peer.collect(CompressedImage, CAM, reliable_qos(100))
+        peer.collect(Clock, '/clock', reliable_qos(1000))
+        with BagInput(SAMPLE_BAG) as bag:
+            player = BagPlayer(bag, node, topics=['/joint_states', CAM], clock_hz=50.0)
+            assert player.wait_for_subscribers(20) == []
+            stats = player.play(rate=2.0, duration=2.0)
+            first_raw = next(r for t, _, r in bag.messages(['/joint_states']))
+        peer.wait_for(lambda: len(peer.messages("/joint_states")) >= 100, 10)
+        peer.wait_for(lambda: len(peer.messages(CAM)) >= 20, 5)
+    finally:
+        peer.close()
+    states = peer.messages('/joint_states')
+    assert len(states) == 100 and stats.published['/joint_states'] == 100
+    assert [_stamp_ns(m) for m in states] == [T0 + k * 20_000_000 for k in range(100)]
+    assert states[0] == deserialize_message(first_raw, JointState)  # the recorded bytes, unchanged
+    assert list(states[0].name) == list(JOINT_NAMES)
+    assert len(peer.messages(CAM)) == 20
+    span = peer.times('/joint_states')[-1] - peer.times('/joint_states')[0]
+    assert 0.8 <= span <= 1.6, f'1.98 s of bag at rate 2 took {span:.2f} s'
+    assert stats.late <= 5
+    clock = [m.clock.sec * 10**9 + m.clock.nanosec for m in peer.messages('/clock')]
+    assert len(clock) >= 35 and clock == sorted(clock)
+    assert T0 <= clock[0] <= T0 + 100_000_000 and abs(clock[-1] - (T0 + 2 * 10**9)) < 150_000_000
+
+
+def test_remap_and_start_offset(player_node):
+    dom, node = player_node
+    peer = RosPeer(dom, 'listener')
+    try:
+        peer.collect(JointState, '/robot/joint_states', reliable_qos(1000))
+        with BagInput(SAMPLE_BAG) as bag:
+            player = BagPlayer(bag, node, topics=['/joint_states'],
+                               remap={'/joint_states': '/robot/joint_states'})
+            assert player.wait_for_subscribers(20) == []
+            stats = player.play(rate=5.0, start_offset=9.0)
+        peer.wait_for(lambda: len(peer.messages('/robot/joint_states')) >= 50, 5)
+    finally:
+        peer.close()
+    got = peer.messages('/robot/joint_states')
+    assert len(got) == 50 == stats.published['/robot/joint_states']
+    assert _stamp_ns(got[0]) == T0 + 9 * 10**9
+
+
+def test_qos_follows_the_recorded_publishers():
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+    with BagInput(SAMPLE_BAG) as bag:
+        qos = qos_from_recorded(bag.topics[CAM].qos)
+    assert qos.reliability == ReliabilityPolicy.RELIABLE
+    assert qos.durability == DurabilityPolicy.VOLATILE and qos.depth == 10
+    assert qos_from_recorded([]).reliability == ReliabilityPolicy.RELIABLE
+
+
+def test_bad_bags_and_arguments_exit_2(tmp_path, capsys):
+    trunc = tmp_path / 'trunc'
+    shutil.copytree(SAMPLE_BAG, trunc)
+    mcap = trunc / 'aloha_sim_sample.mcap'
+    os.truncate(mcap, mcap.stat().st_size // 3)
+    with domain_id() as dom:
+        os.environ['ROS_DOMAIN_ID'] = str(dom)
+        try:
+            assert main([str(tmp_path / 'missing')]) == 2
+            assert 'does not exist' in capsys.readouterr().err
+            assert main([str(trunc)]) == 2
+            assert 'truncated' in capsys.readouterr().err
+            assert main([str(SAMPLE_BAG), '--topics', '/nope']) == 2
+            assert "topics ['/nope'] are not in" in capsys.readouterr().err
+            assert main([str(SAMPLE_BAG), '--remap', '/a/b']) == 2
+            assert main([str(SAMPLE_BAG), '--record', str(tmp_path / 'rec')]) == 2
+            flipped = tmp_path / 'flipped'  # a corrupt chunk: plays the rest, exit 3, says so
+            shutil.copytree(SAMPLE_BAG, flipped)
+            mcap = flipped / 'aloha_sim_sample.mcap'
+            data = bytearray(mcap.read_bytes())
+            mid = len(data) // 2
+            data[mid:mid + 2000] = bytes(b ^ 0x5A for b in data[mid:mid + 2000])
+            mcap.write_bytes(bytes(data))
+            capsys.readouterr()
+            assert main([str(flipped), '--rate', '20', '--topics', '/joint_states', '/ask']) == 3
+            err = capsys.readouterr().err
+            assert 'INCOMPLETE' in err and 'unreadable messages on /joint_states' in err
+        finally:
+            os.environ.pop('ROS_DOMAIN_ID', None)
+
+
+@pytest.mark.slow
+def test_feeds_the_oxygen_node_and_records_its_outputs(tmp_path):
+    """The whole online path: bag_player -> DDS -> oxygen node -> DDS -> recorded output bag."""
+    rec = tmp_path / 'node_outputs'
+    with domain_id() as dom:
+        params = {'model': 'pi05-tiny', 'num_threads': 1}
+        with node_process(dom, tmp_path / 'node.log', REPO / 'config' / 'oxygen.yaml', params) as node:
+            play = subprocess.run(
+                [sys.executable, '-m', 'oxygen_ros.bags.player', str(SAMPLE_BAG), '--topics',
+                 *INPUTS, '--wait-for-subscribers', '60', '--record', str(rec), '--record-topics',
+                 '/action_chunk', '/conversation/delta', '/conversation/text', '/memory/text',
+                 '--record-linger', '5'],
+                cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=150)
+            assert node.poll() is None, (tmp_path / 'node.log').read_text()
+    log = (tmp_path / 'node.log').read_text()
+    assert play.returncode == 0, play.stdout + play.stderr + log
+    assert 'no subscriber' not in play.stderr, play.stderr + log
+    out: dict[str, list] = {}
+    with BagInput(rec) as bag:
+        for topic, _, raw in bag.messages(bag.topics):
+            out.setdefault(topic, []).append(raw)
+    from std_msgs.msg import String
+    from trajectory_msgs.msg import JointTrajectory
+
+    chunks = [deserialize_message(r, JointTrajectory) for r in out.get('/action_chunk', [])]
+    assert len(chunks) >= 50, (play.stdout, log)  # about one per camera image (100 in the bag)
+    cams = np.array([T0 + k * 100_000_000 for k in range(100)])
+    for msg in chunks:
+        assert list(msg.joint_names) == list(JOINT_NAMES)
+        assert len(msg.points) == get_preset('pi05-tiny').action_horizon
+        assert np.abs(cams - _stamp_ns(msg)).min() < 30_000_000  # stamped by a bag observation
+    texts = [deserialize_message(r, String).data for r in out.get('/conversation/text', [])]
+    assert len(texts) == 4, (play.stdout, log)  # the bag's four asks, answered
+    deltas = ''.join(deserialize_message(r, String).data for r in out['/conversation/delta'])
+    assert deltas == ''.join(texts)

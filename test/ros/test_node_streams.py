@@ -1,0 +1,98 @@
+"""CommandStream (time-aligned per-step commands) and TaskTextStream (ordered text) — no ROS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oxygen_ros.ros.streams.commands import CommandStream
+from oxygen_ros.ros.streams.text import TaskTextStream
+
+
+def chunk(h=5, n=2, base=0.0):
+    return base + np.arange(h * n, dtype=np.float64).reshape(h, n)
+
+
+def test_command_stream_steps_through_the_chunk_by_time():
+    cs = CommandStream(period_s=0.1, max_hold_s=0.25)
+    assert cs.sample(0.0).positions is None and cs.sample(0.0).reason == 'no chunk yet'
+    assert cs.set_chunk(chunk(), stamp=10.0)
+    # point i is for t0 + (i + 1) * period
+    assert cs.sample(10.1).index == 0
+    assert cs.sample(10.29).index == 2
+    np.testing.assert_array_equal(cs.sample(10.3).positions, chunk()[2])
+    assert cs.sample(9.0).index == 0  # before the chunk: first point
+    assert cs.sample(10.7).index == 4  # after the end: the last point is held ...
+    assert cs.sample(10.75).index == 4
+    late = cs.sample(10.76)  # ... for at most max_hold_s
+    assert late.positions is None and late.reason == 'chunk expired'
+
+
+def test_command_stream_refuses_bad_or_older_chunks():
+    cs = CommandStream(0.1, 0.5)
+    bad = chunk()
+    bad[1, 0] = np.nan
+    assert not cs.set_chunk(bad, 1.0)
+    assert not cs.set_chunk(np.zeros((0, 2)), 1.0)
+    assert cs.set_chunk(chunk(base=100), 2.0)
+    assert not cs.set_chunk(chunk(), 1.0)  # older than the current one
+    assert cs.sample(2.1).positions[0] == 100
+    cs.clear()
+    assert cs.sample(2.1).positions is None
+    with pytest.raises(ValueError):
+        CommandStream(0.0, 1.0)
+
+
+def test_command_stream_copies_the_chunk():
+    cs = CommandStream(0.1, 0.5)
+    a = chunk()
+    cs.set_chunk(a, 0.0)
+    a[:] = 7
+    assert cs.sample(0.1).positions[0] == 0.0
+
+
+def test_text_stream_serialises_interleaved_requests():
+    ts = TaskTextStream()
+    out = []
+    out += ts.delta(1, 'Hel')
+    out += ts.delta(2, 'Wo')  # request 2 decodes in the same batch: held back
+    out += ts.delta(1, 'lo')
+    out += ts.delta(2, 'rld')
+    assert [(e.kind, e.text) for e in out] == [('delta', 'Hel'), ('delta', 'lo')]
+    out2 = ts.end(2, 'World')  # 2 ends first: still held behind 1
+    assert out2 == []
+    out3 = ts.delta(1, '') + ts.end(1, 'Hello')
+    assert [(e.kind, e.text, e.request_id) for e in out3] == [
+        ('text', 'Hello', 1), ('delta', 'Wo', 2), ('delta', 'rld', 2), ('text', 'World', 2)]
+    assert ts.pending == 0
+
+
+def test_text_stream_concatenation_equals_final_text_for_every_utterance():
+    ts = TaskTextStream()
+    rng = np.random.default_rng(0)
+    texts = {i: ''.join(rng.choice(list('ab€😀 '), size=9)) for i in range(1, 6)}
+    emits, pos = [], {i: 0 for i in texts}
+    while any(pos[i] < len(t) for i, t in texts.items()):
+        for i, t in texts.items():
+            if pos[i] < len(t):
+                k = int(rng.integers(1, 4))
+                emits += ts.delta(i, t[pos[i]:pos[i] + k])
+                pos[i] += k
+                if pos[i] >= len(t):
+                    emits += ts.end(i, t)
+    acc, finals = '', []
+    for e in emits:
+        if e.kind == 'delta':
+            acc += e.text
+        else:
+            assert acc == e.text
+            finals.append(e.text)
+            acc = ''
+    assert finals == [texts[i] for i in sorted(texts)]
+
+
+def test_text_stream_ignores_requests_without_output():
+    ts = TaskTextStream()
+    assert ts.end(7, '') == []  # rejected before any token
+    out = ts.delta(8, 'par') + ts.end(8, 'par')  # cancelled / failed after a delta
+    assert [(e.kind, e.text) for e in out] == [('delta', 'par'), ('text', 'par')]

@@ -1,0 +1,119 @@
+"""The closed loop (ALOHA sim <-> oxygen node, pi05-tiny) through the ``closed_loop`` script.
+
+- 30+ control frames: the sim executes the chunks (its joints move), an ask sent mid-run streams
+  deltas, both processes exit 0 after SIGINT, no QoS / dropped-chunk warnings in either log.
+- The oxygen node killed (SIGKILL) mid-run: the sim holds its last command (finite, no jump, no
+  motion while lost), reports the loss; a restarted node resumes the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ros_helpers import REPO, ros_env
+
+pytest.importorskip('mujoco')
+pytest.importorskip('gym_aloha')
+
+from domain_coordinator import domain_id  # noqa: E402
+
+from oxygen_ros.sim.closed_loop.run import build_parser  # noqa: E402
+from oxygen_ros.sim.closed_loop.report import checks as _checks, format_report  # noqa: E402
+
+
+def _run_loop(tmp_path, *extra: str, timeout: float = 170.0) -> tuple[dict, str, int]:
+    out = tmp_path / 'report.json'
+    with domain_id() as dom:
+        proc = subprocess.run(
+            [sys.executable, '-m', 'oxygen_ros.sim.closed_loop.run', '--domain-id', str(dom),
+             '--model', 'pi05-tiny', '--num-threads', '1', '--json', str(out),
+             '--log-dir', str(tmp_path / 'logs'), '--timeout', str(timeout - 30), *extra],
+            cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=timeout)
+    assert out.is_file(), proc.stdout + proc.stderr
+    return json.loads(out.read_text()), proc.stdout + proc.stderr, proc.returncode
+
+
+def _logs(tmp_path) -> str:
+    files = sorted((tmp_path / 'logs').glob('*.log'))
+    return '\n'.join(p.read_text(errors='replace') for p in files)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_closed_loop_runs_with_language_and_exits_cleanly(tmp_path):
+    report, output, rc = _run_loop(tmp_path, '--frames', '30', '--ask', 'What do you see?',
+                                   '--ask-at-frame', '10')
+    print(output)
+    assert rc == 0, output
+    assert report['ok'] and all(report['checks'].values()), report['checks']
+    oxygen, sim = report['oxygen'], report['sim']
+    assert oxygen['chunks_seen'] >= 30
+    assert oxygen['action_hz'] > 0 and oxygen['tok_per_s_peak'] > 0
+    # the sim received and executed the chunks, and its joints moved in response
+    assert sim['chunks_executed'] >= 20 and sim['executed_steps'] > 0
+    assert report['joint_motion_max_rad'] > 0.05
+    assert sim['real_time_factor'] > 0 and math.isfinite(sim['chunk_age_p50_ms'])
+    for key in ('out_of_order', 'expired', 'bad_names', 'bad_shape', 'non_finite', 'bad_times'):
+        assert sim[key] == 0, key
+    assert report['language']['deltas'] > 0
+    assert report['exit_codes'] == {'sim': [0], 'oxygen': [0]}
+    assert report['command']['non_finite'] == 0
+    logs = _logs(tmp_path).lower()
+    assert 'incompatible' not in logs  # rclpy's QoS-mismatch warning
+    assert '[warn]' not in logs and '[error]' not in logs and 'traceback' not in logs
+    assert 'action rate' in output and 'chunk age at execution' in output
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_killed_oxygen_node_sim_holds_reports_loss_and_resumes_after_restart(tmp_path):
+    report, output, rc = _run_loop(tmp_path, '--frames', '12', '--kill-at-frame', '8',
+                                   '--hold-s', '1.5', '--frames-after-restart', '5', '--ask', '')
+    print(output)
+    assert rc == 0, output
+    kill, cmd = report['kill'], report['command']
+    assert kill['exit_code'] == -9
+    assert kill['loss_reported'] and kill['resumed']
+    assert kill['state_before_restart'] == 'lost'
+    # held: finite, never a jump, no motion at all while lost
+    assert cmd['non_finite'] == 0
+    assert cmd['max_step_change'] <= cmd['step_limit'] + 1e-9
+    assert cmd['lost_messages'] > 10 and cmd['max_change_while_lost'] == 0.0
+    assert report['sim']['losses'] >= 1 and report['sim']['resumes'] >= 1
+    assert report['exit_codes']['sim'] == [0] and report['exit_codes']['oxygen'][-1] == 0
+    sim_log = (tmp_path / 'logs' / 'sim.log').read_text()
+    assert 'command loss' in sim_log and 'commands resumed' in sim_log
+
+
+def test_report_formatting_survives_missing_values():
+    args = build_parser().parse_args(['--frames', '5', '--kill-at-frame', '2'])
+    nan = float('nan')
+    report = {
+        'model': 'pi05-tiny', 'frames_target': 5, 'target_real_time_factor': 0.25,
+        'checks': {}, 'error': 'no action chunk within 1 s',
+        'oxygen': {k: nan for k in ('action_hz', 'chunk_hz', 'frame_time_p50_ms', 'tok_per_s_last',
+                                     'tok_per_s_peak', 'tokens', 'frames')}
+        | {'chunks_seen': 0, 'chunk_hz_seen': 0.0},
+        'sim': {'state': None},
+        'command': {'executed_messages': 0, 'non_finite': 0, 'max_step_change': 0.0,
+                    'max_change_while_lost': 0.0, 'lost_messages': 0, 'step_limit': 0.06},
+        'joint_motion_max_rad': 0.0, 'language': {'deltas': 0, 'text': '', 'finished': []},
+        'warnings': {'sim.log': ['[ERROR] [x]: boom']}, 'exit_codes': {'sim': [1]},
+        'kill': {'at_frame': 2, 'exit_code': -9},
+    }
+    for key in ('sim_step_hz', 'real_time_factor', 'camera_hz', 'render_ms', 'chunk_age_p50_ms',
+                'chunk_age_p95_ms', 'chunk_age_max_ms', 'arrival_latency_p50_ms',
+                'arrival_latency_max_ms', 'chunks_received', 'chunks_executed', 'same_stamp',
+                'executed_steps', 'hold_steps', 'limited_steps', 'losses', 'resumes',
+                'out_of_order', 'expired', 'bad_names', 'bad_shape', 'non_finite', 'bad_times',
+                'overruns', 'camera_skipped'):
+        report['sim'][key] = nan
+    _checks(args, report)
+    text = format_report(report)
+    assert not report['ok'] and 'FAILED' in text and 'no_error' in text
+    assert 'n/a' in text and 'boom' in text
