@@ -197,3 +197,12 @@ class Runner:
                 self.decode_stage.fall_back("compiled decode gave non-finite logits where eager did not")
                 ids = ref
         return ids, [i >= 0 for i in ids]
+
+    @torch.inference_mode()
+    def warm_decode_buckets(self) -> list[int]:
+        """Run the decode stage once per batch bucket on padding rows only (no request, writes
+        only the null block) so every decode shape is compiled before the first real step."""
+        sizes = self.buffers.buckets if self.static else [1]
+        for b in sizes:
+            self.decode_stage(*self.decode_args(self.buffers.padding_batch(b)))
+        return sizes

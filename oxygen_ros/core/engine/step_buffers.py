@@ -116,14 +116,21 @@ class StepBuffers:
                 return b
         raise ValueError(f"decode batch of {n} exceeds the largest bucket {self.buckets[-1]}")
 
+    def padding_batch(self, b: int) -> DecodeBatch:
+        """A bucket of ``b`` padding rows only (warm-up of a decode shape; touches the null block)."""
+        return self._build([], [], b)
+
     def decode_batch(self, reqs: list[LanguageRequest], states: list[RequestState]) -> DecodeBatch:
         """Fill the buffers for one step of ``reqs`` (each feeding its ``pending`` token at
         position ``state.past``) and return the device views. Call before advancing the tables."""
+        return self._build(reqs, states, self.bucket(len(reqs)))
+
+    def _build(self, reqs: list[LanguageRequest], states: list[RequestState], b: int) -> DecodeBatch:
         n = len(reqs)
-        b = self.bucket(n)
         rows = [st.block_row() for st in states]
-        w = self.width if self.static else max(len(r) for r in rows)
-        if max(len(r) for r in rows) > self.width:
+        longest = max((len(r) for r in rows), default=1)
+        w = self.width if self.static else longest
+        if longest > self.width:
             raise ValueError(f"a sequence needs more than the {self.width} block-table columns")
         hi, hf = self._np_i[:b, : _FIXED + w], self._np_f[:b]
         hi[:] = 0
