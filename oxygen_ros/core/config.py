@@ -207,9 +207,8 @@ def get_preset(name: str) -> ModelConfig:
     return PRESETS[name]().validate()
 
 
-MODES = ("unified", "shared_kv", "isolated")
+MODES, ATTENTIONS = ("unified", "shared_kv", "isolated"), ("auto", "gather", "flex")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
-ATTENTIONS = ("auto", "gather", "flex")
 BUDGETS = ("fixed", "adaptive")
 
 
@@ -277,15 +276,13 @@ class EngineConfig:
         max_queued_requests: queue length; a request beyond it is rejected with a reason.
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
-        compile: ``none`` | ``default`` | ``reduce-overhead`` | ``max-autotune`` — torch.compile
-            mode of the hot-path stages (see ``core.engine.compiled``); warm-up compiles every shape.
-        static_shapes: pad the prefix to its camera-count bucket and decode batches to size buckets
-            with a fixed block-table width (required for ``compile``; padding never changes results).
-        attention: decode attention over the pool — ``flex`` (FlexAttention, paged block mask, no
-            K/V gather), ``gather`` (reference) or ``auto`` (flex when compiled, else gather).
-        max_request_tokens: longest own part of a request (prompt + new tokens); fixes the
-            block-table width. Longer requests are rejected.
-        max_top_k: largest per-request ``top_k`` (static bound of on-device sampling).
+        compile: torch.compile mode of the hot stages (``COMPILE_MODES``, ``core.engine.compiled``).
+        static_shapes: prefix padded to camera-count buckets, decode to batch buckets with a fixed
+            block-table width (required by ``compile``; padding never changes results).
+        attention: decode attention — ``flex`` (FlexAttention, paged block mask, no K/V gather),
+            ``gather`` (reference) or ``auto`` (flex when compiled).
+        max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
+            width) and of its ``top_k`` (static bound of on-device sampling).
     """
 
     mode: str = "unified"
@@ -313,16 +310,13 @@ class EngineConfig:
         o = "engine"
         _check(self.compile in COMPILE_MODES, o, "compile", self.compile, f"must be one of {COMPILE_MODES}")
         _check(self.attention in ATTENTIONS, o, "attention", self.attention, f"must be one of {ATTENTIONS}")
-        _check(not (self.compile != "none" and not self.static_shapes), o, "static_shapes", self.static_shapes,
-               "must be true when compile is not 'none'")
-        for name in ("max_request_tokens", "max_top_k"):
-            v = getattr(self, name)
-            _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
-        for t in self.tasks:
-            _check(t.top_k <= self.max_top_k, o, "max_top_k", self.max_top_k, f"task {t.name!r} has top_k={t.top_k}")
+        _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
+        bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
+        _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
         _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
         _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests",
+                     "max_request_tokens", "max_top_k"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
         for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps"):
@@ -346,5 +340,5 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
-           "get_preset"]
+__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig",
+           "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]

@@ -8,7 +8,7 @@ import torch
 
 from oxygen_ros.core.cache.block_pool import BlockTable
 from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView
-from oxygen_ros.core.cache.paged import BlockTableFlexView, BlockTableGatherView
+from oxygen_ros.core.cache.paged import BlockTableFlexView, BlockTableGatherView, flex_index
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model.weights import random_pretrained
 
@@ -80,7 +80,7 @@ def test_flex_and_gather_views_equal_the_slot_list_reference(pad_rows):
     tb, nb, pl, al, ps = _tensors(pools[1], rows[1], width, pad_rows)
     gather = model.decode_step(BlockTableGatherView(pools[1], tb, pl, al, ps), ids, None)
     tb, nb, pl, al, ps = _tensors(pools[2], rows[2], width, pad_rows)
-    flex = model.decode_step(BlockTableFlexView(pools[2], tb, nb, pl, al, ps), ids, None)
+    flex = model.decode_step(BlockTableFlexView(pools[2], tb, flex_index(pools[2], tb, nb, pl, al, ps), pl, al, ps), ids, None)
     assert torch.isfinite(gather).all() and torch.isfinite(flex).all()
     assert torch.allclose(ref, gather[:3], atol=1e-5)
     assert torch.allclose(ref, flex[:3], atol=1e-5)

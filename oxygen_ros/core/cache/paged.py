@@ -73,50 +73,63 @@ class BlockTableGatherView(_BlockTableView):
         return self.pool.gather(layer, self._read)
 
 
-def paged_block_mask(pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
-                     pos: Tensor) -> BlockMask:
+def paged_block_mask(block_size: int, kv_num: Tensor, kv_idx: Tensor, p2l: Tensor, meta: Tensor) -> BlockMask:
     """FlexAttention block mask of one decode step over the whole pool (KV length = pool slots).
 
-    Row ``b`` visits its first ``num_blocks[b]`` table entries (its physical blocks, logical
-    order); ``mask_mod`` maps a physical slot to the row's logical slot through a
-    physical → logical block map and applies :func:`logical_allowed`.
+    Args:
+        kv_num: ``[B, 1, 1]`` int32 table entries in use per row; kv_idx: ``[B, 1, 1, NB]`` int32
+            physical blocks in logical order (``NB`` = all pool blocks incl. the null block);
+        p2l: ``[B, NB]`` int64 physical → logical block of each row (``-1``: not the row's).
+        meta: ``[B, 3]`` int64 contiguous ``(prefix_len, aligned, pos)`` per row (module doc).
+
+    Row ``b`` visits only its own blocks; ``mask_mod`` maps a physical slot to the row's logical
+    slot and applies :func:`logical_allowed`. The index tensors are step inputs built on the host
+    (:class:`~oxygen_ros.core.engine.step_buffers.StepBuffers`), so a compiled step sees them as
+    realised buffers.
     """
-    b, w = tables.shape
-    bs = pool.block_size
-    total = pool.null_block + 1
-    p2l = torch.full((b, total), -1, dtype=torch.int64, device=tables.device)
-    p2l.scatter_(1, tables, torch.arange(w, device=tables.device).expand(b, w))
-    p2l[:, pool.null_block] = -1
+    bs = block_size
 
     def mask_mod(bi, hi, qi, kv):
         lb = p2l[bi, kv // bs]
         s = lb * bs + kv % bs
-        return (lb >= 0) & logical_allowed(s, prefix_len[bi], aligned[bi], pos[bi])
+        return (lb >= 0) & logical_allowed(s, meta[bi, 0], meta[bi, 1], meta[bi, 2])
 
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, BLOCK_SIZE=(1, bs), mask_mod=mask_mod,
+                                    seq_lengths=(1, kv_idx.shape[-1] * bs), compute_q_blocks=False)
+
+
+def flex_index(pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
+               pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(kv_num, kv_idx, p2l, meta)`` of :func:`paged_block_mask` from ``[B, Wb]`` tables (tests
+    and one-off callers; the engine builds them on the host)."""
+    b, w = tables.shape
+    total = pool.null_block + 1
+    p2l = torch.full((b, total), -1, dtype=torch.int64, device=tables.device)
+    p2l.scatter_(1, tables, torch.arange(w, device=tables.device).expand(b, w))
+    p2l[:, pool.null_block] = -1
     idx = F.pad(tables, (0, total - w)).to(torch.int32)[:, None, None, :]
-    cnt = num_blocks.to(torch.int32)[:, None, None]
-    return BlockMask.from_kv_blocks(cnt, idx, BLOCK_SIZE=(1, bs), mask_mod=mask_mod,
-                                    seq_lengths=(1, total * bs), compute_q_blocks=False)
+    meta = torch.stack([prefix_len, aligned, pos], 1).contiguous()
+    return num_blocks.to(torch.int32)[:, None, None], idx, p2l, meta
 
 
 class BlockTableFlexView(_BlockTableView):
     """Paged decode view: FlexAttention reads the pool in place (no per-step K/V gather).
 
-    Args: as :class:`BlockTableGatherView`, plus ``num_blocks`` ``[B]`` int64 — the row's table
-    entries in use (0 for a padded batch row: it attends nothing and outputs zeros).
+    Args: as :class:`BlockTableGatherView`, plus ``index`` = ``(kv_num, kv_idx, p2l, meta)`` of
+    :func:`paged_block_mask` (a padded batch row has ``kv_num`` 0: it attends nothing, outputs 0).
     """
 
-    def __init__(self, pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
-                 pos: Tensor) -> None:
+    def __init__(self, pool: KVTensors, tables: Tensor, index: tuple[Tensor, ...], prefix_len: Tensor,
+                 aligned: Tensor, pos: Tensor) -> None:
         super().__init__(pool, tables, prefix_len, aligned, pos)
         self.allowed = None
-        self.block_mask = paged_block_mask(pool, tables, num_blocks, prefix_len, aligned, pos)
+        self.block_mask = paged_block_mask(pool.block_size, *index)
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         self._write(layer, k, v)
         b = q.shape[0]
         kp = self.pool.k[layer].permute(1, 0, 2)[None].expand(b, -1, -1, -1)  # [B, KVH, slots, D] view
         vp = self.pool.v[layer].permute(1, 0, 2)[None].expand(b, -1, -1, -1)
-        out = flex_attention(q.transpose(1, 2).to(kp.dtype), kp, vp, block_mask=self.block_mask, scale=scale,
+        out = flex_attention(q.transpose(1, 2).to(kp.dtype).contiguous(), kp, vp, block_mask=self.block_mask, scale=scale,
                              enable_gqa=True)
         return out.transpose(1, 2).to(q.dtype)

@@ -88,6 +88,8 @@ class Engine:
         self._obs: Observation | None = None
         self._new: list[LanguageRequest] = []
         self._cancels: set[int] = set()
+        self.ready = False  # set by warmup(): every hot-path shape ran once (compiled if enabled)
+        self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
     def submit_observation(self, obs: Observation) -> None:
@@ -235,18 +237,45 @@ class Engine:
                     break
                 self._decode_once(batch, m)
 
-    def warmup(self, frames: int = 1) -> None:
-        """Run ``frames`` throw-away frames on a blank observation (first-call allocations, kernel
-        selection) so the first real frame is not slow. Leaves no trace: frame ids restart at 0
-        and nothing is queued or held. Call before submitting anything."""
+    def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
+        """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
+        frame per camera count (vision / prefill / denoise buckets), one decode step per batch
+        bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
+        frames. With ``compile`` this is where every graph is compiled / captured.
+
+        ``cameras``: the camera counts to warm (default: 1 … all slots — a stale camera changes the
+        count at run time). Leaves no trace: frame ids restart at 0 and nothing is queued or held.
+        Call before submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        apart from steady-state frame times).
+        """
+        t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
-        blank = {slots[0]: np.zeros((size, size, 3), np.uint8)}
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        for _ in range(frames):
-            self.submit_observation(Observation(images=blank, state=state, instruction="warm up"))
+        counts = cameras or list(range(1, len(slots) + 1))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
+        if not self.runner.static:
+            blanks = blanks[-1:]
+        for images in blanks + [blanks[-1]] * max(frames - 1, 0):
+            self.submit_observation(Observation(images=images, state=state, instruction="warm up"))
             self.step()
+        self.runner.warm_decode_buckets()
+        self.streams.sync()
         self.frame_id = 0
+        self.warmup_s = time.perf_counter() - t0
+        self.ready = True
+        return self.warmup_s
+
+    def diagnostics(self) -> dict[str, object]:
+        """Readiness and compilation state for ``/diagnostics``: ``ready``, ``warmup_s``,
+        ``compile`` mode, the stages running compiled, and any eager fallback with its reason."""
+        out: dict[str, object] = {"ready": self.ready, "warmup_s": round(self.warmup_s, 3),
+                                  "compile": self.cfg.compile, "attention": "flex" if self.runner.flex else "gather"}
+        out["compiled_stages"] = ",".join(st.name for st in self.runner.stages if st.compiled) or "none"
+        for st in self.runner.stages:
+            if st.fallback_reason:
+                out[f"fallback_{st.name}"] = st.fallback_reason
+        return out
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:

@@ -93,6 +93,14 @@ class Scheduler:
         while self.queue:
             r = self.queue[0]
             need = self.need_blocks(r, prefix_tokens)
+            own = len(r.prompt_ids) + r.max_new_tokens
+            if own > self.cfg.max_request_tokens:
+                self.queue.popleft()
+                r.status = RequestStatus.REJECTED
+                r.reason = (f"request needs {own} tokens (prompt + max_new_tokens) but "
+                            f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
+                rejected.append(r)
+                continue
             if need > self.usable_blocks:
                 self.queue.popleft()
                 r.status = RequestStatus.REJECTED

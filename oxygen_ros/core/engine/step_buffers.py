@@ -51,6 +51,10 @@ class DecodeBatch:
     counters: Tensor
     temperature: Tensor
     greedy_only: bool
+    kv_num: Tensor | None = None
+    kv_idx: Tensor | None = None
+    p2l: Tensor | None = None
+    meta: Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -60,7 +64,7 @@ class DecodeBatch:
     def tensors(self) -> tuple[Tensor, ...]:
         """The step's tensors in the order the step function takes them."""
         return (self.ids, self.tables, self.num_blocks, self.prefix_len, self.aligned, self.pos,
-                self.temperature, self.top_k, self.keys, self.counters)
+                self.temperature, self.top_k, self.keys, self.counters, self.kv_num, self.kv_idx, self.p2l, self.meta)
 
 
 class StepBuffers:
@@ -71,10 +75,14 @@ class StepBuffers:
         width_blocks: fixed block-table width ``Wb`` (longest sequence in blocks).
         null_block: the pool's null block id (padding of tables and rows).
         device: where the step runs. static: pad to buckets and ``Wb`` (else exact shapes).
+        flex: also build the FlexAttention paged-mask inputs over all ``null_block + 1`` pool blocks
+            (``kv_num`` ``[B, 1, 1]`` and ``kv_idx`` ``[B, 1, 1, NB + 1]`` int32, physical → logical
+            block map ``p2l`` ``[B, NB + 1]`` int64; rebuilt only when the batch changes — block
+            tables are fixed at admission).
     """
 
     def __init__(self, max_batch: int, width_blocks: int, null_block: int, device: torch.device,
-                 static: bool = True) -> None:
+                 static: bool = True, flex: bool = False) -> None:
         self.static = static
         self.buckets = batch_buckets(max_batch)
         self.width = width_blocks
@@ -87,6 +95,17 @@ class StepBuffers:
         self._np_i, self._np_f = self._host_i.numpy(), self._host_f.numpy()
         self._dev_i = torch.zeros_like(self._host_i, device=device)
         self._dev_f = torch.zeros_like(self._host_f, device=device)
+        self.flex = flex
+        self._flex_key: tuple | None = None
+        if flex:
+            nb = null_block + 1
+            self._host_m = torch.zeros(cap, 1 + nb, dtype=torch.int32, pin_memory=pin)
+            self._host_p = torch.zeros(cap, nb, dtype=torch.int64, pin_memory=pin)
+            self._host_q = torch.zeros(cap, 3, dtype=torch.int64, pin_memory=pin)  # prefix_len, aligned, pos
+            self._np_m, self._np_p, self._np_q = self._host_m.numpy(), self._host_p.numpy(), self._host_q.numpy()
+            self._dev_m = torch.zeros_like(self._host_m, device=device)
+            self._dev_p = torch.zeros_like(self._host_p, device=device)
+            self._dev_q = torch.zeros_like(self._host_q, device=device)
 
     def bucket(self, n: int) -> int:
         """Rows of the padded batch for ``n`` requests (``n`` itself with exact shapes)."""
@@ -97,14 +116,21 @@ class StepBuffers:
                 return b
         raise ValueError(f"decode batch of {n} exceeds the largest bucket {self.buckets[-1]}")
 
+    def padding_batch(self, b: int) -> DecodeBatch:
+        """A bucket of ``b`` padding rows only (warm-up of a decode shape; touches the null block)."""
+        return self._build([], [], b)
+
     def decode_batch(self, reqs: list[LanguageRequest], states: list[RequestState]) -> DecodeBatch:
         """Fill the buffers for one step of ``reqs`` (each feeding its ``pending`` token at
         position ``state.past``) and return the device views. Call before advancing the tables."""
+        return self._build(reqs, states, self.bucket(len(reqs)))
+
+    def _build(self, reqs: list[LanguageRequest], states: list[RequestState], b: int) -> DecodeBatch:
         n = len(reqs)
-        b = self.bucket(n)
         rows = [st.block_row() for st in states]
-        w = self.width if self.static else max(len(r) for r in rows)
-        if max(len(r) for r in rows) > self.width:
+        longest = max((len(r) for r in rows), default=1)
+        w = self.width if self.static else longest
+        if longest > self.width:
             raise ValueError(f"a sequence needs more than the {self.width} block-table columns")
         hi, hf = self._np_i[:b, : _FIXED + w], self._np_f[:b]
         hi[:] = 0
@@ -127,9 +153,37 @@ class StepBuffers:
         else:
             di.copy_(self._host_i[:b, : _FIXED + w], non_blocking=True)
             df.copy_(self._host_f[:b], non_blocking=True)
-        return DecodeBatch(n, di[:, _ID:_ID + 1], di[:, _FIXED:], di[:, _NBLK], di[:, _PLEN], di[:, _ALIGN],
-                           di[:, _POS], di[:, _TOPK], di[:, _KEY], di[:, _CTR], df,
-                           greedy_only=all(r.temperature == 0 for r in reqs))
+        out = DecodeBatch(n, di[:, _ID:_ID + 1], di[:, _FIXED:], di[:, _NBLK], di[:, _PLEN], di[:, _ALIGN],
+                          di[:, _POS], di[:, _TOPK], di[:, _KEY], di[:, _CTR], df,
+                          greedy_only=all(r.temperature == 0 for r in reqs))
+        if self.flex:
+            self._fill_flex(b, [r.id for r in reqs], rows, out)
+        return out
+
+    def _fill_flex(self, b: int, ids: list[int], rows: list[list[int]], out: DecodeBatch) -> None:
+        # the mask_mod's per-row scalars as one small contiguous buffer (updated every step)
+        self._np_q[:b] = self._np_i[:b, [_PLEN, _ALIGN, _POS]]
+        on_host = self._dev_m.device.type == "cpu"
+        if not on_host:
+            self._dev_q[:b].copy_(self._host_q[:b], non_blocking=True)
+        key = (b, tuple(ids))
+        if key != self._flex_key:
+            hm, hp = self._np_m[:b], self._np_p[:b]
+            hm[:] = 0
+            hp[:] = -1
+            for i, row in enumerate(rows):
+                hm[i, 0] = len(row)
+                hm[i, 1:1 + len(row)] = row
+                hp[i, row] = range(len(row))
+            if not on_host:
+                self._dev_m[:b].copy_(self._host_m[:b], non_blocking=True)
+                self._dev_p[:b].copy_(self._host_p[:b], non_blocking=True)
+            self._flex_key = key
+        dm, dp, dq = ((self._host_m, self._host_p, self._host_q) if on_host
+                      else (self._dev_m, self._dev_p, self._dev_q))
+        out.kv_num = dm[:b, :1][:, :, None]
+        out.kv_idx = dm[:b, 1:][:, None, None, :]
+        out.p2l, out.meta = dp[:b], dq[:b]
 
 
 __all__ = ["StepBuffers", "DecodeBatch", "batch_buckets"]

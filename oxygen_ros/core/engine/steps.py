@@ -67,17 +67,31 @@ def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size
     Returns:
         ``[1, H, action_dim]`` float32 normalised actions.
     """
-    pool = KVTensors(pool_k, pool_v, block_size)
-    ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
-    k, v = denoise_scratch(list(ks), list(vs), noise.shape[1])
+    k, v = prefix_scratch(pool_k, pool_v, block_size, read, noise.shape[1])
     view = DenoiseView(k, v, lengths, noise.shape[1], padded)
     return model.integrate(view, noise, conds, dt)
+
+
+def prefix_scratch(pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor, horizon: int) -> tuple[Tensor, Tensor]:
+    """The denoise scratch ``[L, 1, P + H, KVH, D]`` with the prefix slots ``read`` copied in."""
+    pool = KVTensors(pool_k, pool_v, block_size)
+    ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
+    return denoise_scratch(list(ks), list(vs), horizon)
+
+
+def denoise_one_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor,
+                     dt: Tensor, padded: bool) -> Tensor:
+    """One Euler step ``x + dt * v(x, t)`` over a denoise scratch (the per-step compiled region,
+    used on the CPU where compiling the unrolled S-step loop costs far more than it saves)."""
+    view = DenoiseView(k, v, lengths, x.shape[1], padded)
+    return x + dt * model.denoise_step(view, x, None, cond)
 
 
 def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, flex: bool,
                   ids: Tensor, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
                   pos: Tensor, temperature: Tensor, top_k: Tensor, keys: Tensor, counters: Tensor,
-                  top_k_cap: int, greedy_only: bool) -> Tensor:
+                  kv_num: Tensor | None, kv_idx: Tensor | None, p2l: Tensor | None, meta: Tensor | None, top_k_cap: int,
+                  greedy_only: bool) -> Tensor:
     """One decode step of ``B`` rows (see :class:`~.step_buffers.DecodeBatch`) and sampling.
 
     Returns:
@@ -85,7 +99,7 @@ def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: 
     """
     pool = KVTensors(pool_k, pool_v, block_size)
     if flex:
-        view = BlockTableFlexView(pool, tables, num_blocks, prefix_len, aligned, pos)
+        view = BlockTableFlexView(pool, tables, (kv_num, kv_idx, p2l, meta), prefix_len, aligned, pos)
     else:
         view = BlockTableGatherView(pool, tables, prefix_len, aligned, pos)
     logits = model.decode_step(view, ids, None)
