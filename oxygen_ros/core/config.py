@@ -80,8 +80,7 @@ class GemmaConfig:
 class ModelConfig:
     """Whole π0.5 model: vision tower, VLM, action expert, flow-matching head, prompt limits.
 
-    ``action_dim`` is the padded model dimension (32); the robot's own dimension comes from the
-    normalisation stats of the checkpoint and is a slice of it.
+    ``action_dim`` is the padded model dimension (32); the robot's own one (a slice) comes from the norm stats.
     """
 
     name: str
@@ -97,9 +96,7 @@ class ModelConfig:
     image_slots: tuple[str, ...] = IMAGE_SLOTS
     time_min_period: float = 4e-3
     time_max_period: float = 4.0
-    #: The state is binned into the prompt (π0.5); False = openpi ``discrete_state_input=False``
-    #: (``pi05_libero``): prompt ``BOS + instruction + "\n"``, no state given to the model.
-    discrete_state_input: bool = True
+    discrete_state_input: bool = True  # False: openpi pi05_libero's prompt "BOS + instruction + \n" (no state)
 
     @property
     def num_image_tokens(self) -> int:
@@ -216,14 +213,9 @@ BUDGETS = ("fixed", "adaptive")
 class TaskConfig:
     """One language task (DESIGN §5): how its requests are prompted and bounded.
 
-    ``template`` is filled with ``{text}`` (the ask, e.g. a user question) and ``{instruction}``
-    (the current task instruction); the filled text is appended after the shared observation
-    prefix. ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
-
-    ``own_prefix``: the filled template goes INSIDE a bidirectional prefix of its own — the
-    frame's images + BOS + the prompt, no state — as π0.5's subtask prediction runs ("Task: {x}.
-    Subtask: "); it costs one extra prefill (vision + prefix) per request instead of sharing the
-    frame's prefix. Default False: continue causally after the shared action prefix.
+    ``template`` is filled with ``{text}`` (the ask) and ``{instruction}``; it continues the shared observation
+    prefix, or with ``own_prefix`` sits inside a bidirectional prefix of its own (π0.5 subtask prediction, one
+    more prefill per request). ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
     """
 
     name: str
@@ -250,8 +242,7 @@ class TaskConfig:
 
 DEFAULT_TASKS: tuple[TaskConfig, ...] = (
     TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=30),
-    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20,
-               every_n_frames=0),
+    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20),
 )
 
 
@@ -340,5 +331,5 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig",
-           "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]
+__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS",
+           "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]

@@ -261,7 +261,7 @@ def read_node_config(node: Node) -> NodeConfig:
         topics[name] = TaskTopics(values[p + 'ask_topic'], values[p + 'delta_topic'],
                                   values[p + 'text_topic'])
         tasks.append(TaskConfig(name=name, **{k: values[p + k] for k in (
-            'template', 'max_new_tokens', 'temperature', 'top_k', 'every_n_frames')}))
+            'template', 'max_new_tokens', 'temperature', 'top_k', 'every_n_frames', 'own_prefix')}))
     eng = {k[len('engine.'):]: v for k, v in values.items() if k.startswith('engine.')}
     try:
         engine = EngineConfig(**eng, tasks=tuple(tasks)).validate()
