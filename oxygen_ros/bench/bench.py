@@ -147,7 +147,7 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
             for m, e in engines.items()}
     costs.begin_point(pt.layout, obs[0], pt.steps, pt.tokens // 2)
     seen: set[int] = set()
-    probe = StageProbe(policy)
+    probe = StageProbe(policy, wrap_model=pt.compile == "none")
     for e in engines.values():
         probe.attach(e)
     try:

@@ -130,9 +130,10 @@ def measure(policy: Pi05Policy, compile_mode: str, steps: int, reps: int) -> dic
     return res
 
 
-def host_floor(modes: list[str], steps: int = 10, reps: int = 5) -> dict[str, Any]:
-    """Every compile mode in one run on one policy; ratios against the first mode (eager)."""
-    policy = floor_policy()
+def host_floor(modes: list[str], steps: int = 10, reps: int = 5, policy: Pi05Policy | None = None) -> dict[str, Any]:
+    """Every compile mode in one run on one policy (default :func:`floor_policy`); ratios against
+    the first mode (eager)."""
+    policy = policy or floor_policy()
     rows = [measure(policy, m, steps, reps) for m in modes]
     base = rows[0]
     for r in rows:
