@@ -42,7 +42,11 @@ class Runner:
         self.pool = pool
         self.streams = streams
         self.static = cfg.static_shapes
-        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none")
+        # auto: FlexAttention where it is a fused kernel (compiled, CUDA). Inductor's CPU flex template
+        # gave a wrong first decode step after a batch change (torch 2.13; see test_compiled), so a
+        # compiled CPU engine reads through the gather reference unless flex is asked for.
+        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none"
+                                                 and pool.device.type == "cuda")
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
         self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)
