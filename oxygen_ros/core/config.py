@@ -206,6 +206,8 @@ def get_preset(name: str) -> ModelConfig:
 
 MODES = ("unified", "shared_kv", "isolated")
 BUDGETS = ("fixed", "adaptive")
+SCHEDULES = ("serial", "concurrent")
+BATCHER_POLICIES = ("frame", "continuous")
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,10 @@ class EngineConfig:
         max_queued_requests: queue length; a request beyond it is rejected with a reason.
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
+        schedule: ``serial`` (one loop: prefill → denoise → decode) or ``concurrent`` (action loop
+            and batcher loop in two threads / CUDA streams; identical outputs).
+        batcher_policy: concurrent only — ``frame`` (≤ k tokens per request per frame) or
+            ``continuous`` (decode whenever requests are running).
     """
 
     mode: str = "unified"
@@ -281,6 +287,8 @@ class EngineConfig:
     max_queued_requests: int = 64
     seed: int = 0
     num_denoise_steps: int = 0
+    schedule: str = "serial"
+    batcher_policy: str = "frame"
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
 
     def validate(self) -> "EngineConfig":
@@ -288,6 +296,9 @@ class EngineConfig:
         o = "engine"
         _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
         _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
+        _check(self.schedule in SCHEDULES, o, "schedule", self.schedule, f"must be one of {SCHEDULES}")
+        _check(self.batcher_policy in BATCHER_POLICIES, o, "batcher_policy", self.batcher_policy,
+               f"must be one of {BATCHER_POLICIES}")
         for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
@@ -312,5 +323,5 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
+__all__ = ["MODES", "BUDGETS", "SCHEDULES", "BATCHER_POLICIES", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
            "get_preset"]

@@ -30,7 +30,8 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from oxygen_ros.core.config import BUDGETS, DEFAULT_TASKS, MODES, EngineConfig, TaskConfig
+from oxygen_ros.core.config import (BATCHER_POLICIES, BUDGETS, DEFAULT_TASKS, MODES, SCHEDULES, EngineConfig,
+                                    TaskConfig)
 
 __all__ = ['ParamError', 'ParamSpec', 'collect_values', 'declare', 'engine_specs', 'read_values',
            'task_specs']
@@ -95,7 +96,8 @@ _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
     'kv_memory_mb': (0.0, None), 'max_running_requests': (1, 4096), 'max_queued_requests': (0, None),
     'seed': (0, None), 'num_denoise_steps': (0, 1000),
 }
-_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS}
+_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'schedule': SCHEDULES,
+                   'batcher_policy': BATCHER_POLICIES}
 _TASK_RANGES: dict[str, tuple[float | None, float | None]] = {
     'max_new_tokens': (1, 4096), 'temperature': (0.0, 100.0), 'top_k': (0, None),
     'every_n_frames': (0, None),

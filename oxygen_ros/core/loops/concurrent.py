@@ -1,0 +1,194 @@
+"""The concurrent schedule: the action loop in the caller's thread, the batcher loop beside it.
+
+:meth:`ConcurrentEngine.step` is one turn of the **action loop** (DESIGN §5 target schedule,
+issue 13): newest observation → prefill into fresh blocks → denoise over the read-only prefix →
+chunk handed out (``on_action``), on the high-priority action lane; then the frame's
+:class:`~.batcher.Grant` goes to the **batcher loop** (own thread, decode lane), and the step returns
+without waiting for any language work. The step's result carries the text deltas and ended
+requests the batcher produced since the previous step.
+
+Cross-lane lifetimes (rules in :mod:`oxygen_ros.core.engine.streams`): prefix blocks are reserved
+before the action unit starts (so a wait for blocks never holds the action lane and a host fence
+can always pass); the prefix-ready event is recorded right after prefill and the batcher's decode
+stream waits for it on the device; ``last_hidden`` is handed over with ``record_stream``; the
+frame's reference on its prefix moves to the batcher, which drops it through a fence of both lanes.
+A frame on which nothing can start (no new, queued or periodic request, and no grant still pending)
+releases its prefix itself. Host synchronisation happens only where a result reaches the host: the
+chunk here, the sampled token ids in the batcher; stage times come from :class:`StageClock`.
+
+Same observations, requests, cancels and seeds → the same chunks and the same token streams as
+the serial :class:`~oxygen_ros.core.engine.engine.Engine` (tests/core/test_concurrent.py), as long
+as admission is not limited by the pool (admission timing then differs, never correctness).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+from ..cache.block_pool import BlockTable, PoolExhausted
+from ..config import EngineConfig
+from ..engine.engine import Engine
+from ..engine.requests import FrameResult
+from ..engine.streams import StageClock
+from ..policy import Pi05Policy, frame_noise
+from ..processing import InvalidInputError, NonFiniteActionError
+from ..types import ActionChunk, FrameMetrics
+from .batcher import BatcherLoop, Grant
+from .metrics import ScheduleMeter
+
+
+class ConcurrentEngine(Engine):
+    """:class:`Engine` with the two-loop schedule (same inputs, outputs and invariants).
+
+    Args:
+        policy / cfg: as for :class:`Engine` (``cfg.batcher_policy`` picks ``frame`` or
+            ``continuous``).
+        intra_op_threads: on the CPU, torch intra-op threads of each loop (1: one core per loop
+            on a 2-core machine; 0: leave torch's setting). Applied to the calling thread at the
+            first step.
+        prefix_wait_s: how long the action loop waits for the batcher to free blocks for a prefix
+            before it raises :class:`PoolExhausted` (never reached with a pool sized by
+            :func:`~oxygen_ros.core.engine.engine.pool_blocks`).
+    """
+
+    schedule = "concurrent"
+
+    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
+                 prefix_wait_s: float = 30.0) -> None:
+        super().__init__(policy, cfg)
+        self.streams.host_sync = False  # results reach the host; stage times come from events
+        self.streams.wait_default()  # everything the parts allocated on the default stream
+        self.clock = StageClock(self.streams.cuda)
+        self.batcher = BatcherLoop(self, self.cfg.batcher_policy, intra_op_threads)
+        self.meter = ScheduleMeter()
+        self.threads = intra_op_threads
+        self.prefix_wait_s = prefix_wait_s
+        self.prefix_waits = 0
+        self._threads_set = False
+
+    # ------------------------------------------------------------------ the action loop
+    def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
+        """One action frame (see module doc); never waits for language work.
+
+        Raises:
+            RuntimeError: the batcher thread failed (its error is the cause).
+            PoolExhausted: no blocks for the prefix within ``prefix_wait_s``.
+        """
+        if not self._threads_set and not self.streams.cuda and self.threads > 0:
+            torch.set_num_threads(self.threads)
+        self._threads_set = True
+        self.batcher.start()
+        t0 = time.perf_counter()
+        self.pool.blocks.reclaim(self.streams.is_done)
+        obs, new, cancels = self._drain()
+        fid = self.frame_id
+        m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
+        action, error, prefix, enc, ready, t_chunk = None, None, None, None, None, None
+        if obs is not None:
+            self.frame_id += 1
+            try:
+                enc = self.policy.encode_observation(obs)
+            except InvalidInputError as e:
+                error = f"observation dropped: {e}"
+                self.dropped_observations += 1
+        if enc is not None:
+            table = self._prefix_table(enc.prefix_len)
+            with self.streams.action():
+                c0 = self.clock.mark()
+                prefix = self.runner.prefill(enc, fid, table)
+                c1 = self.clock.mark()
+                ready = self.streams.event()
+                self.streams.hand_over(prefix.last_hidden, "decode")
+                try:
+                    noise = frame_noise(self.cfg.seed, fid, self.policy.cfg.action_horizon, self.policy.cfg.action_dim)
+                    act = self.runner.actions(prefix, noise, self.num_steps)  # the chunk reaches the host
+                    action = ActionChunk(actions=act, stamp=obs.stamp, frame_id=fid)
+                except NonFiniteActionError as e:
+                    error = f"action chunk dropped: {e}"
+                    self.dropped_observations += 1
+                c2 = self.clock.mark()
+            if self.streams.cuda:  # vision is inside the prefill events on the GPU
+                m.prefill, m.denoise = self.clock.seconds(c0, c1), self.clock.seconds(c1, c2)
+            else:
+                m.vision, m.prefill = prefix.stage_times["vision"], prefix.stage_times["prefill"]
+                m.denoise = self.clock.seconds(c1, c2)
+            if action is not None and on_action is not None:
+                on_action(action)
+            t_chunk = time.perf_counter()
+        if prefix is not None and not self._may_start(new, fid):
+            self.pool.blocks.free(prefix.blocks, self.streams.fence())
+            prefix = None
+        self.batcher.submit(Grant(fid, obs is not None, new, cancels, obs, enc, prefix, ready, t0))
+        out = self.batcher.take()
+        m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (out.tokens, out.decode, out.decode_steps,
+                                                                       out.decode_batch)
+        m.frame_time = time.perf_counter() - t0
+        m.bookkeeping = max(0.0, m.frame_time - m.vision - m.prefill - m.denoise)
+        m.blocks_in_use = self.pool.blocks.num_in_use
+        m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
+        self.meter.frame(m, t0, t_chunk, out.busy, language=self.running + self.queued + len(new) > 0)
+        return FrameResult(fid, action, out.deltas, out.ended, m, error)
+
+    def _may_start(self, new: list, fid: int) -> bool:
+        """Whether a request could start on this frame's prefix (else the action loop frees it)."""
+        if new or self.scheduler.queue or self.batcher.pending:
+            return True
+        return any(t.every_n_frames and fid % t.every_n_frames == 0 for t in self.cfg.tasks)
+
+    def _prefix_table(self, tokens: int) -> BlockTable:
+        """Blocks for a prefix of ``tokens``, reserved outside any lane unit; waits for the batcher
+        to release blocks if the pool is momentarily full (counted in ``prefix_waits``)."""
+        blocks = self.pool.blocks
+        need = blocks.blocks_for(tokens)
+        deadline = time.perf_counter() + self.prefix_wait_s
+        waited = False
+        while True:
+            blocks.reclaim(self.streams.is_done)
+            with blocks.lock:
+                if blocks.can_allocate(need):
+                    table = BlockTable(blocks)
+                    table.reserve(tokens)
+                    self.prefix_waits += int(waited)
+                    return table
+            if time.perf_counter() > deadline:
+                raise PoolExhausted(f"no {need} free KV blocks for a frame prefix after {self.prefix_wait_s} s "
+                                    f"({blocks.num_free} free, {blocks.num_fenced} fenced of {blocks.num_blocks})")
+            waited = True
+            self.batcher.wait_progress(0.002)
+
+    # ------------------------------------------------------------------ control
+    def flush(self) -> FrameResult:
+        """Wait until the batcher finished every granted frame; its outputs since the last step
+        (``action=None``, ``frame_id`` = next frame). For tests, replays and shutdown."""
+        with self.batcher.paused():
+            pass
+        out = self.batcher.take()
+        m = FrameMetrics(frame_id=self.frame_id, blocks_total=self.pool.blocks.num_blocks,
+                         tokens_emitted=out.tokens, decode=out.decode, decode_steps=out.decode_steps,
+                         decode_batch=out.decode_batch, blocks_in_use=self.pool.blocks.num_in_use)
+        return FrameResult(self.frame_id, None, out.deltas, out.ended, m)
+
+    def warmup(self, frames: int = 1) -> None:
+        """As :meth:`Engine.warmup`; also waits for the batcher and drops the warm-up outputs."""
+        super().warmup(frames)
+        self.flush()
+        self.meter.reset()
+
+    def check_invariants(self) -> None:
+        """:meth:`Engine.check_invariants` with the batcher paused (no grant pending, no step
+        running), so every reference is held by a running request."""
+        with self.batcher.paused():
+            super().check_invariants()
+
+    def close(self) -> list:
+        """Finish the granted work, cancel every request, release all blocks, stop the batcher;
+        returns the requests that ended since the last step."""
+        ended = self.flush().ended
+        self.batcher.stop()
+        return ended + super().close()
+
+
+__all__ = ["ConcurrentEngine"]
