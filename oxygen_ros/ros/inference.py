@@ -108,8 +108,8 @@ class InferenceWorker:
         if obs is not None and obs.stamp == self._last_stamp:
             obs = None  # same instant as the last frame (a late camera of that instant): no new frame
             self.repeated_observations += 1
-        if obs is None and self._engine.running == 0:
-            return
+        if obs is None and self._engine.running == 0 and not getattr(self._engine, 'busy', False):
+            return  # nothing to decode (the concurrent schedule: nor outputs still to hand out)
         if obs is not None:
             self._last_stamp = obs.stamp
         if obs is not None:

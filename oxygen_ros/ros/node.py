@@ -99,11 +99,11 @@ class OxygenNode(LifecycleNode):
         return FAILURE
 
     def _load(self, cfg: NodeConfig) -> None:
-        from oxygen_ros.core.engine.engine import Engine
+        from oxygen_ros.core.loops.schedules import make_engine
 
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        self.engine = Engine(self.policy, cfg.engine)
+        self.engine = make_engine(self.policy, cfg.engine)
         self.engine.warmup()
         acfg = assembler_config(cfg, slots)
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)

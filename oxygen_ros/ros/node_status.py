@@ -3,7 +3,8 @@
 Level and message: ERROR when configure failed or inference raised recently; WARN while not
 active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
 OK otherwise. Key/values: lifecycle state, model, device, dtype, rates (frame, chunk, action = H/T,
-command), tok/s, p50/p99 frame time, decode batch, requests running/queued, KV blocks in use /
+command), tok/s, p50/p99 frame time, schedule and its metrics (chunk latency with / without
+language load, batcher busy fraction, tokens per frame), decode batch, requests running/queued, KV blocks in use /
 total, deadline misses and every drop counter.
 """
 
@@ -48,7 +49,7 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
         return values
     model = node.policy.model
     values.update(model=cfg.model, device=str(model.device), dtype=str(model.dtype).replace('torch.', ''),
-                  engine_mode=cfg.engine.mode)
+                  engine_mode=cfg.engine.mode, engine_schedule=cfg.engine.schedule)
     values.update(node.stats.summary(now, node.policy.cfg.action_horizon))
     values.update(node.worker.snapshot if node.worker else {})
     values.update(kv_blocks_in_use=node.stats.blocks_in_use, kv_blocks_total=node.stats.blocks_total,

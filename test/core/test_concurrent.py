@@ -60,7 +60,8 @@ def obs(i: int, bad: bool = False) -> Observation:
 
 
 def make_plan(seed: int, frames: int, cancels: bool = True):
-    """Per frame: (requests to submit in this arrival order, plan keys to cancel, bad observation?)."""
+    """Per frame: (requests to submit in this arrival order, plan keys to cancel, observation kind:
+    "ok", "bad" (non-finite state: dropped) or "none" (a language-only frame))."""
     rng = np.random.default_rng(seed)
     plan, key = [], 0
     for f in range(frames):
@@ -73,7 +74,8 @@ def make_plan(seed: int, frames: int, cancels: bool = True):
         rng.shuffle(reqs)
         recent = max(key - 3, 0)  # the latest requests are the ones likely still running
         cancel = [int(rng.integers(recent, key))] if cancels and key > recent and rng.random() < 0.35 else []
-        plan.append((reqs, cancel, bool(rng.random() < 0.08)))
+        u = rng.random()
+        plan.append((reqs, cancel, "bad" if u < 0.1 else "none" if u < 0.22 else "ok"))
     return plan
 
 
@@ -93,8 +95,9 @@ def run(policy, schedule: str, plan, check_each: bool, tail: int = 14, **kw):
         for e in r.ended:
             ended[key(e.id, e.task, e.frame_id)] = (e.status, e.reason, tuple(e.token_ids), e.text)
 
-    for f, (reqs, cancel, bad) in enumerate(plan + [([], [], False)] * tail):
-        eng.submit_observation(obs(f, bad))
+    for f, (reqs, cancel, kind) in enumerate(plan + [([], [], "ok")] * tail):
+        if kind != "none":
+            eng.submit_observation(obs(f, kind == "bad"))
         for (k, task, text, n, temp, seed) in reqs:
             keys[eng.submit_request(task, text, n, temperature=temp, seed=seed)] = k
         ids = {v: i for i, v in keys.items()}
@@ -136,7 +139,9 @@ def test_concurrent_equals_serial_random_plans(policy, seed):
     assert_same(serial, run(policy, "concurrent", plan, check_each=False))
     if seed == 0:  # the plans exercise the paths the issue names
         assert reasons["eos"] and reasons["length"] and statuses[RequestStatus.CANCELLED]
-        assert any(c is None for c in serial[0][:16])  # a bad observation was dropped
+        kinds = [p[2] for p in plan]
+        assert "bad" in kinds and "none" in kinds  # dropped observations, language-only frames
+        assert sum(c is None for c in serial[0]) == kinds.count("bad") + kinds.count("none")
 
 
 @pytest.mark.parametrize("mode", ["shared_kv", "isolated"])

@@ -91,6 +91,7 @@ class BatcherLoop:
         self._grants: deque[Grant] = deque()
         self._out = BatchStats()
         self._busy = False
+        self._in_grant = False
         self._paused = 0
         self._stop = False
         self._error: BaseException | None = None
@@ -124,7 +125,18 @@ class BatcherLoop:
     def pending(self) -> int:
         """Grants not yet processed (the one in progress included)."""
         with self._cv:
-            return len(self._grants) + int(self._busy)
+            return len(self._grants) + int(self._in_grant)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def has_output(self) -> bool:
+        """Whether deltas, ended requests or an error wait for :meth:`take`."""
+        with self._cv:
+            return bool(self._out.deltas or self._out.ended or self._error is not None)
 
     def take(self) -> BatchStats:
         """Outputs and stats since the last call; re-raises an error of the batcher thread.
@@ -167,7 +179,7 @@ class BatcherLoop:
                 if self._stop and not self._grants:
                     return
                 grant = self._grants.popleft() if self._grants else None
-                self._busy = True
+                self._busy, self._in_grant = True, grant is not None
             t0 = time.perf_counter()
             out = BatchStats()
             try:
@@ -181,7 +193,7 @@ class BatcherLoop:
             out.busy = time.perf_counter() - t0
             with self._cv:
                 self._merge(out)
-                self._busy = False
+                self._busy = self._in_grant = False
                 self._cv.notify_all()
 
     def _merge(self, out: BatchStats) -> None:

@@ -52,12 +52,16 @@ class ConcurrentEngine(Engine):
         prefix_wait_s: how long the action loop waits for the batcher to free blocks for a prefix
             before it raises :class:`PoolExhausted` (never reached with a pool sized by
             :func:`~oxygen_ros.core.engine.engine.pool_blocks`).
+        max_pending: grants the batcher may lag behind before the action loop waits for it
+            (overload only: the frame policy owes every frame its k steps; counted in
+            ``lag_waits``). A step without an observation has no action work and always waits
+            until the batcher has caught up, so language-only stepping is paced by the batcher.
     """
 
     schedule = "concurrent"
 
     def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                 prefix_wait_s: float = 30.0) -> None:
+                 prefix_wait_s: float = 30.0, max_pending: int = 4) -> None:
         super().__init__(policy, cfg)
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
@@ -67,6 +71,8 @@ class ConcurrentEngine(Engine):
         self.threads = intra_op_threads
         self.prefix_wait_s = prefix_wait_s
         self.prefix_waits = 0
+        self.max_pending = max_pending
+        self.lag_waits = 0
         self._threads_set = False
 
     # ------------------------------------------------------------------ the action loop
@@ -121,6 +127,11 @@ class ConcurrentEngine(Engine):
         if prefix is not None and not self._may_start(new, fid):
             self.pool.blocks.free(prefix.blocks, self.streams.fence())
             prefix = None
+        limit = 1 if obs is None else self.max_pending
+        if self.batcher.pending >= limit:
+            self.lag_waits += int(obs is not None)
+            while self.batcher.pending >= limit and self.batcher.alive:
+                self.batcher.wait_progress(0.01)
         self.batcher.submit(Grant(fid, obs is not None, new, cancels, obs, enc, prefix, ready, t0))
         out = self.batcher.take()
         m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (out.tokens, out.decode, out.decode_steps,
@@ -160,6 +171,11 @@ class ConcurrentEngine(Engine):
             self.batcher.wait_progress(0.002)
 
     # ------------------------------------------------------------------ control
+    @property
+    def busy(self) -> bool:
+        """Whether the batcher still has granted work or outputs not yet returned by a step."""
+        return self.batcher.pending > 0 or self.batcher.has_output
+
     def flush(self) -> FrameResult:
         """Wait until the batcher finished every granted frame; its outputs since the last step
         (``action=None``, ``frame_id`` = next frame). For tests, replays and shutdown."""
