@@ -156,12 +156,8 @@ class ModelConfig:
 
 
 def _pi05() -> ModelConfig:
-    return ModelConfig(
-        name="pi05",
-        vision=VisionConfig(),
-        vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
-        expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096),
-    )
+    return ModelConfig(name="pi05", vision=VisionConfig(), vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
+                       expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096))
 
 
 def _pi05_small() -> ModelConfig:
@@ -204,10 +200,9 @@ def get_preset(name: str) -> ModelConfig:
     return PRESETS[name]().validate()
 
 
-MODES = ("unified", "shared_kv", "isolated")
-BUDGETS = ("fixed", "adaptive")
-SCHEDULES = ("serial", "concurrent")
-BATCHER_POLICIES = ("frame", "continuous")
+MODES, ATTENTIONS = ("unified", "shared_kv", "isolated"), ("auto", "gather", "flex")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+BUDGETS, SCHEDULES, BATCHER_POLICIES = ("fixed", "adaptive"), ("serial", "concurrent"), ("frame", "continuous")
 
 
 @dataclass(frozen=True)
@@ -242,8 +237,7 @@ class TaskConfig:
 
 DEFAULT_TASKS: tuple[TaskConfig, ...] = (
     TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=30),
-    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20,
-               every_n_frames=0),
+    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20),
 )
 
 
@@ -268,10 +262,15 @@ class EngineConfig:
         max_queued_requests: queue length; a request beyond it is rejected with a reason.
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
-        schedule: ``serial`` (one loop: prefill → denoise → decode) or ``concurrent`` (action loop
-            and batcher loop in two threads / CUDA streams; identical outputs).
-        batcher_policy: concurrent only — ``frame`` (≤ k tokens per request per frame) or
-            ``continuous`` (decode whenever requests are running).
+        compile: torch.compile mode of the hot stages (``COMPILE_MODES``, ``core.engine.compiled``).
+        static_shapes: prefix padded to camera-count buckets, decode to batch buckets with a fixed
+            block-table width (required by ``compile``; padding never changes results).
+        attention: decode attention — ``flex`` (FlexAttention, paged block mask, no K/V gather),
+            ``gather`` (reference) or ``auto`` (flex when compiled).
+        max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
+            width) and of its ``top_k`` (static bound of on-device sampling).
+        schedule / batcher_policy: ``serial`` (one loop) or ``concurrent`` (action and batcher loops, two
+            threads / CUDA streams, same outputs); batcher ``frame`` (≤ k tokens/request/frame), ``continuous``.
     """
 
     mode: str = "unified"
@@ -290,16 +289,23 @@ class EngineConfig:
     schedule: str = "serial"
     batcher_policy: str = "frame"
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
+    compile: str = "none"
+    static_shapes: bool = True
+    attention: str = "auto"
+    max_request_tokens: int = 512
+    max_top_k: int = 256
 
     def validate(self) -> "EngineConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
         o = "engine"
-        _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
-        _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
-        _check(self.schedule in SCHEDULES, o, "schedule", self.schedule, f"must be one of {SCHEDULES}")
-        _check(self.batcher_policy in BATCHER_POLICIES, o, "batcher_policy", self.batcher_policy,
-               f"must be one of {BATCHER_POLICIES}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
+        for name, choices in (("compile", COMPILE_MODES), ("attention", ATTENTIONS), ("mode", MODES), ("decode_budget",
+                              BUDGETS), ("schedule", SCHEDULES), ("batcher_policy", BATCHER_POLICIES)):
+            _check(getattr(self, name) in choices, o, name, getattr(self, name), f"must be one of {choices}")
+        _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
+        bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
+        _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests",
+                     "max_request_tokens", "max_top_k"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
         for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps"):
@@ -323,5 +329,6 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "SCHEDULES", "BATCHER_POLICIES", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
-           "get_preset"]
+__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "SCHEDULES", "BATCHER_POLICIES", "TaskConfig",
+           "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig",
+           "PRESETS", "get_preset"]

@@ -30,7 +30,8 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from oxygen_ros.core.config import (BATCHER_POLICIES, BUDGETS, DEFAULT_TASKS, MODES, SCHEDULES, EngineConfig,
+from oxygen_ros.core.config import (ATTENTIONS, BATCHER_POLICIES, BUDGETS, COMPILE_MODES, DEFAULT_TASKS, MODES,
+                                    SCHEDULES, EngineConfig,
                                     TaskConfig)
 
 __all__ = ['ParamError', 'ParamSpec', 'collect_values', 'declare', 'engine_specs', 'read_values',
@@ -94,10 +95,11 @@ _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
     'tokens_per_frame': (1, 1024), 'min_decode_steps': (0, 1024), 'max_decode_steps': (1, 1024),
     'frame_deadline_s': (0.0, 3600.0), 'block_size': (1, 4096), 'kv_blocks': (0, None),
     'kv_memory_mb': (0.0, None), 'max_running_requests': (1, 4096), 'max_queued_requests': (0, None),
-    'seed': (0, None), 'num_denoise_steps': (0, 1000),
+    'seed': (0, None), 'num_denoise_steps': (0, 1000), 'max_request_tokens': (1, 1 << 20),
+    'max_top_k': (1, 1 << 20),
 }
-_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'schedule': SCHEDULES,
-                   'batcher_policy': BATCHER_POLICIES}
+_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'compile': COMPILE_MODES, 'attention': ATTENTIONS,
+                   'schedule': SCHEDULES, 'batcher_policy': BATCHER_POLICIES}
 _TASK_RANGES: dict[str, tuple[float | None, float | None]] = {
     'max_new_tokens': (1, 4096), 'temperature': (0.0, 100.0), 'top_k': (0, None),
     'every_n_frames': (0, None),

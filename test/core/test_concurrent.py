@@ -214,6 +214,7 @@ def test_full_pool_raises_clearly_instead_of_hanging(policy):
 def test_schedule_metrics_in_both_schedules(policy):
     for schedule in ("serial", "concurrent"):
         eng = make_engine(policy, EngineConfig(tasks=TASKS, tokens_per_frame=1, schedule=schedule))
+        assert eng.warmup() > 0 and eng.ready and eng.frame_id == 0 and not eng.meter.frames
         for f in range(6):
             eng.submit_observation(obs(f))
             if f >= 3:

@@ -26,7 +26,9 @@ from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .lifecycle import RequestBook
 from .requests import FrameResult, LanguageRequest, RequestStatus
-from .runner import FramePrefix, Runner
+from .frame import FramePrefix
+from .plan import FramePlan
+from .runner import Runner
 from .scheduler import Scheduler
 from .streams import DeviceStreams
 
@@ -65,7 +67,7 @@ class Engine:
         self.pool = KVPool(mc.vlm.depth, pool_blocks(policy, self.cfg), self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
-        self.runner = Runner(policy, self.pool, self.streams)
+        self.runner = Runner(policy, self.pool, self.streams, self.cfg)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
@@ -75,6 +77,8 @@ class Engine:
         self._obs: Observation | None = None
         self._new: list[LanguageRequest] = []
         self._cancels: set[int] = set()
+        self.ready = False  # set by warmup(): every hot-path shape ran once (compiled if enabled)
+        self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
     def submit_observation(self, obs: Observation) -> None:
@@ -129,6 +133,7 @@ class Engine:
         self.book.enqueue(new)
         self.book.cancel(cancels)
         fid = self.frame_id
+        plan = FramePlan(fid)
         m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
         action, error, prefix, enc = None, None, None, None
         if obs is not None:
@@ -155,8 +160,8 @@ class Engine:
                 m.denoise = time.perf_counter() - t1
             if action is not None and on_action is not None:
                 on_action(action)
-            self._start_requests(obs, enc, prefix, m)
-        self._decode(m, t0)
+            self._start_requests(obs, enc, prefix, m, plan)
+        self._decode(m, t0, plan)
         if prefix is not None:
             self.pool.blocks.free(prefix.blocks, self.streams.fence())
         self.scheduler.drop_terminal()
@@ -165,13 +170,14 @@ class Engine:
         m.blocks_in_use = self.pool.blocks.num_in_use
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         deltas, ended = self.book.end_frame()
+        plan.finished = [e.id for e in ended]
         m.tokens_emitted = self.book.tokens_this_frame
-        return FrameResult(fid, action, deltas, ended, m, error)
+        return FrameResult(fid, action, deltas, ended, m, error, plan)
 
-    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics) -> None:
+    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics, plan: FramePlan) -> None:
         t = time.perf_counter()
         self.book.prepare_prompts(obs.instruction)
-        admitted, rejected = self.scheduler.admit(prefix.length)
+        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
         self.book.rejected(rejected)
         if not admitted:
             return
@@ -206,34 +212,56 @@ class Engine:
         m.decode_batch = max(m.decode_batch, len(batch))
         self.book.accept(batch, toks, oks)
 
-    def _decode(self, m: FrameMetrics, t0: float) -> None:
-        mode = self.cfg.mode
-        if mode == "isolated":
-            return
+    def _decode(self, m: FrameMetrics, t0: float, plan: FramePlan) -> None:
         left = None
         if self.cfg.frame_deadline_s > 0:
             left = self.cfg.frame_deadline_s - (time.perf_counter() - t0)
-        steps = self.scheduler.decode_steps(left) if mode == "unified" else 1 << 30
+        self.scheduler.plan_decode(plan, left)
         with self.streams.decode():
-            for _ in range(steps):
+            for _ in range(plan.decode_steps):
                 self.book.cancel(self._drain_cancels())
-                batch = [r for r in self.scheduler.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
+                batch = self.scheduler.decode_batch()
                 if not batch:
                     break
                 self._decode_once(batch, m)
 
-    def warmup(self, frames: int = 1) -> None:
-        """Run ``frames`` throw-away frames on a blank observation (first-call allocations, kernel
-        selection) so the first real frame is not slow. Leaves no trace: frame ids restart at 0
-        and nothing is queued or held. Call before submitting anything."""
+    def warmup(self, frames: int = 1) -> float:
+        """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
+        frame per camera count (vision / prefill / denoise buckets), one decode step per batch
+        bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
+        frames. With ``compile`` this is where every graph is compiled / captured.
+
+        Leaves no trace: frame ids restart at 0 and nothing is queued or held. Call before
+        submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        apart from steady-state frame times).
+        """
+        t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
-        blank = {slots[0]: np.zeros((size, size, 3), np.uint8)}
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        for _ in range(frames):
-            self.submit_observation(Observation(images=blank, state=state, instruction="warm up"))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in range(1, len(slots) + 1)]
+        if not self.runner.static:
+            blanks = blanks[-1:]
+        for images in blanks + [blanks[-1]] * max(frames - 1, 0):
+            self.submit_observation(Observation(images=images, state=state, instruction="warm up"))
             self.step()
+        self.runner.warm_decode_buckets()
+        self.streams.sync()
         self.frame_id = 0
+        self.warmup_s = time.perf_counter() - t0
+        self.ready = True
+        return self.warmup_s
+
+    def diagnostics(self) -> dict[str, object]:
+        """Readiness and compilation state for ``/diagnostics``: ``ready``, ``warmup_s``,
+        ``compile`` mode, the stages running compiled, and any eager fallback with its reason."""
+        out: dict[str, object] = {"ready": self.ready, "warmup_s": round(self.warmup_s, 3),
+                                  "compile": self.cfg.compile, "attention": "flex" if self.runner.flex else "gather"}
+        out["compiled_stages"] = ",".join(st.name for st in self.runner.stages if st.compiled) or "none"
+        for st in self.runner.stages:
+            if st.fallback_reason:
+                out[f"fallback_{st.name}"] = st.fallback_reason
+        return out
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:
@@ -244,7 +272,7 @@ class Engine:
         for r in self.scheduler.running:
             if r.status.terminal:
                 continue
-            for b in r.runtime["prefix"].blocks + r.runtime["table"].blocks:
+            for b in r.state.blocks_held():
                 expected[b] += 1
         actual = [self.pool.blocks.refcount(b) for b in range(self.pool.blocks.num_blocks)]
         assert expected == actual, "KV block references do not match the running requests"

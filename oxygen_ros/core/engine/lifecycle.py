@@ -9,20 +9,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
 from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
+from .frame import FramePrefix, RequestState
 from .requests import LanguageRequest, RequestResult, RequestStatus
 
 if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
     from ..config import EngineConfig
     from ..policy import Pi05Policy
-    from .runner import FramePrefix
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
@@ -55,13 +53,15 @@ class RequestBook:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
         params = SamplingParams(t.temperature if temperature is None else temperature,
                                 t.top_k if top_k is None else top_k, seed).validate()
+        if params.top_k > self.cfg.max_top_k:
+            raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={self.cfg.max_top_k}")
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         rid = self._next_id
         self._next_id += 1
         r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
                             top_k=params.top_k, seed=seed, stop_ids=tuple(int(s) for s in stop_ids),
-                            t_submit=time.perf_counter())
+                            t_submit=time.perf_counter(), sample_key=params.key())
         self._live[rid] = r
         return r
 
@@ -104,7 +104,7 @@ class RequestBook:
         for r in reqs:
             self._end(r, RequestStatus.REJECTED, r.reason)
 
-    def attach(self, r: LanguageRequest, prefix: "FramePrefix", shared: bool) -> None:
+    def attach(self, r: LanguageRequest, prefix: FramePrefix, shared: bool) -> None:
         """Start ``r`` on ``prefix``: take a reference (shared) or own it (private copy), reserve
         its own blocks for prompt + ``max_new_tokens``."""
         pool = self.pool.blocks
@@ -112,9 +112,7 @@ class RequestBook:
             pool.incref(prefix.blocks)
         table = BlockTable(pool)
         table.reserve(len(r.prompt_ids) + r.max_new_tokens)
-        r.runtime.update(prefix=prefix, table=table,
-                         detok=IncrementalDetokenizer(self.policy.tokenizer),
-                         generator=torch.Generator().manual_seed(r.seed) if r.seed is not None else None)
+        r.state = RequestState(prefix, table, IncrementalDetokenizer(self.policy.tokenizer))
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
         self.scheduler.running.append(r)
@@ -139,7 +137,7 @@ class RequestBook:
                 continue
             r.output_ids.append(t)
             self.tokens_this_frame += 1
-            piece = r.runtime["detok"].push(t)
+            piece = r.state.detok.push(t)
             if piece:
                 r.output_text += piece
                 self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
@@ -149,7 +147,7 @@ class RequestBook:
                 r.pending = t
 
     def _finish(self, r: LanguageRequest, reason: str) -> None:
-        rest = r.runtime["detok"].flush()
+        rest = r.state.detok.flush()
         r.output_text += rest
         self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
         self._end(r, RequestStatus.FINISHED, reason)
@@ -173,12 +171,11 @@ class RequestBook:
         r.pending = -1
         if status == RequestStatus.REJECTED:
             self.rejected_total += 1
-        rt = r.runtime
-        if "table" in rt:
+        st, r.state = r.state, None
+        if st is not None:
             fence = self.streams.fence()
-            rt.pop("table").release(fence)
-            self.pool.blocks.free(rt.pop("prefix").blocks, fence)
-        rt.clear()
+            st.table.release(fence)
+            self.pool.blocks.free(st.prefix.blocks, fence)
         self._live.pop(r.id, None)
         self._ended.append(RequestResult.of(r))
 

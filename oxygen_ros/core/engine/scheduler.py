@@ -15,6 +15,7 @@ from collections import deque
 
 from ..cache.block_pool import BlockPool
 from ..config import EngineConfig
+from .plan import FramePlan
 from .requests import LanguageRequest, RequestStatus
 
 
@@ -89,6 +90,14 @@ class Scheduler:
         while self.queue:
             r = self.queue[0]
             need = self.need_blocks(r, prefix_tokens)
+            own = len(r.prompt_ids) + r.max_new_tokens
+            if own > self.cfg.max_request_tokens:
+                self.queue.popleft()
+                r.status = RequestStatus.REJECTED
+                r.reason = (f"request needs {own} tokens (prompt + max_new_tokens) but "
+                            f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
+                rejected.append(r)
+                continue
             if need > self.usable_blocks:
                 self.queue.popleft()
                 r.status = RequestStatus.REJECTED
@@ -105,6 +114,28 @@ class Scheduler:
             self.queue.popleft()
             admitted.append(r)
         return admitted, rejected
+
+    def plan_admission(self, plan: FramePlan, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+        """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
+        admitted, rejected = self.admit(prefix_tokens)
+        plan.admitted += [r.id for r in admitted]
+        plan.rejected += [r.id for r in rejected]
+        return admitted, rejected
+
+    def plan_decode(self, plan: FramePlan, time_left_s: float | None) -> list[LanguageRequest]:
+        """Fill ``plan.decoding`` / ``plan.decode_steps`` for the decode phase (``unified``: the
+        budget of :meth:`decode_steps`; ``shared_kv``: until this frame's requests are done;
+        ``isolated``: none — its requests finished at admission). Returns the batch."""
+        batch = self.decode_batch()
+        plan.decoding = [r.id for r in batch]
+        mode = self.cfg.mode
+        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(time_left_s) if mode == "unified"
+                             else 1 << 30)
+        return batch
+
+    def decode_batch(self) -> list[LanguageRequest]:
+        """Running requests with a token to feed, in admission order (the decode batch)."""
+        return [r for r in self.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
 
     def decode_steps(self, time_left_s: float | None) -> int:
         """Decode steps for this frame in ``unified`` mode.

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..cache.block_pool import BlockTable
+from ..engine.plan import FramePlan
 from ..engine.requests import LanguageRequest, RequestResult, RequestStatus
 from ..engine.streams import StageClock
 from ..types import Observation, TextDelta
@@ -71,6 +72,7 @@ class BatchStats:
     grants: int = 0
     deltas: list[TextDelta] = field(default_factory=list)
     ended: list[RequestResult] = field(default_factory=list)
+    plans: list[FramePlan] = field(default_factory=list)
 
 
 class BatcherLoop:
@@ -206,10 +208,12 @@ class BatcherLoop:
         o.grants += out.grants
         o.deltas.extend(out.deltas)
         o.ended.extend(out.ended)
+        o.plans.extend(out.plans)
 
     # ------------------------------------------------------------------ one grant
     def _process(self, g: Grant, out: BatchStats) -> None:
         e, book = self.e, self.e.book
+        plan = FramePlan(g.frame_id)
         book.begin_frame()
         book.enqueue(g.new)
         book.cancel(g.cancels)
@@ -218,36 +222,39 @@ class BatcherLoop:
         if g.prefix is not None:
             e.pool.blocks.reclaim(e.streams.is_done)
             with e.streams.decode(after=g.ready):
-                self._start(g, out)
+                self._start(g, plan, out)
             e.pool.blocks.free(g.prefix.blocks, e.streams.fence())  # the frame's own reference
-        if e.cfg.mode != "isolated":  # isolated decodes to completion inside _start
-            self._decode(self._budget(g), out)
+        self._decode(self._budget(g, plan), out)  # isolated: 0 steps, it decoded inside _start
         e.scheduler.drop_terminal()
-        self._collect(out)
+        self._collect(out, plan)
         out.grants += 1
 
-    def _collect(self, out: BatchStats) -> None:
+    def _collect(self, out: BatchStats, plan: FramePlan | None) -> None:
         deltas, ended = self.e.book.end_frame()
         out.deltas.extend(deltas)
         out.ended.extend(ended)
         out.tokens += self.e.book.tokens_this_frame
+        if plan is not None:
+            plan.finished = [r.id for r in ended]
+            out.plans.append(plan)
 
-    def _budget(self, g: Grant) -> int:
+    def _budget(self, g: Grant, plan: FramePlan) -> int:
+        """The frame's decode steps from the scheduler's plan (``continuous``: one step now, more
+        while no grant waits)."""
         e = self.e
-        if e.cfg.mode != "unified":
-            return 1 << 30
-        if self.policy == "continuous":
-            return 1  # at least one step per frame; more while no grant waits
         left = None
         if e.cfg.frame_deadline_s > 0:
             left = e.cfg.frame_deadline_s - (time.perf_counter() - g.t_frame)
-        return e.scheduler.decode_steps(left)
+        e.scheduler.plan_decode(plan, left)
+        if self.policy == "continuous" and e.cfg.mode == "unified":
+            plan.decode_steps = 1
+        return plan.decode_steps
 
-    def _start(self, g: Grant, out: BatchStats) -> None:
+    def _start(self, g: Grant, plan: FramePlan, out: BatchStats) -> None:
         """Admission onto ``g.prefix`` and the first token (the serial ``_start_requests``)."""
         e = self.e
         e.book.prepare_prompts(g.obs.instruction)
-        admitted, rejected = e.scheduler.admit(g.prefix.length)
+        admitted, rejected = e.scheduler.plan_admission(plan, g.prefix.length)
         e.book.rejected(rejected)
         if not admitted:
             return
@@ -269,7 +276,7 @@ class BatcherLoop:
             for _ in range(steps):
                 if self.policy == "continuous":
                     self.e.book.cancel(self.e._drain_cancels())
-                batch = [r for r in self.e.scheduler.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
+                batch = self.e.scheduler.decode_batch()
                 if not batch:
                     break
                 self._step(batch, out)
@@ -289,7 +296,7 @@ class BatcherLoop:
         book.begin_frame()
         self._decode(1, out)
         self.e.scheduler.drop_terminal()
-        self._collect(out)
+        self._collect(out, None)
 
 
 class _Pause:

@@ -31,6 +31,7 @@ import torch
 from ..cache.block_pool import BlockTable, PoolExhausted
 from ..config import EngineConfig
 from ..engine.engine import Engine
+from ..engine.plan import FramePlan
 from ..engine.requests import FrameResult
 from ..engine.streams import StageClock
 from ..policy import Pi05Policy, frame_noise
@@ -74,6 +75,7 @@ class ConcurrentEngine(Engine):
         self.max_pending = max_pending
         self.lag_waits = 0
         self._threads_set = False
+        self._serial = False  # warm-up runs the serial step (same stages and shapes, no thread)
 
     # ------------------------------------------------------------------ the action loop
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
@@ -83,6 +85,8 @@ class ConcurrentEngine(Engine):
             RuntimeError: the batcher thread failed (its error is the cause).
             PoolExhausted: no blocks for the prefix within ``prefix_wait_s``.
         """
+        if self._serial:
+            return super().step(on_action)
         if not self._threads_set and not self.streams.cuda and self.threads > 0:
             torch.set_num_threads(self.threads)
         self._threads_set = True
@@ -141,7 +145,8 @@ class ConcurrentEngine(Engine):
         m.blocks_in_use = self.pool.blocks.num_in_use
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         self.meter.frame(m, t0, t_chunk, out.busy, language=self.running + self.queued + len(new) > 0)
-        return FrameResult(fid, action, out.deltas, out.ended, m, error)
+        plan = out.plans[-1] if out.plans else FramePlan(fid)  # the newest frame the batcher finished
+        return FrameResult(fid, action, out.deltas, out.ended, m, error, plan)
 
     def _may_start(self, new: list, fid: int) -> bool:
         """Whether a request could start on this frame's prefix (else the action loop frees it)."""
@@ -185,13 +190,19 @@ class ConcurrentEngine(Engine):
         m = FrameMetrics(frame_id=self.frame_id, blocks_total=self.pool.blocks.num_blocks,
                          tokens_emitted=out.tokens, decode=out.decode, decode_steps=out.decode_steps,
                          decode_batch=out.decode_batch, blocks_in_use=self.pool.blocks.num_in_use)
-        return FrameResult(self.frame_id, None, out.deltas, out.ended, m)
+        return FrameResult(self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None)
 
-    def warmup(self, frames: int = 1) -> None:
-        """As :meth:`Engine.warmup`; also waits for the batcher and drops the warm-up outputs."""
-        super().warmup(frames)
-        self.flush()
-        self.meter.reset()
+    def warmup(self, frames: int = 1) -> float:
+        """:meth:`Engine.warmup` through the serial step, with the batcher paused: the same stages
+        and shapes get compiled, and the persistent step buffers are never used by two threads.
+        Returns the warm-up time in seconds."""
+        with self.batcher.paused():
+            self._serial = self.streams.host_sync = True
+            try:
+                return super().warmup(frames)
+            finally:
+                self._serial = self.streams.host_sync = False
+                self.meter.reset()
 
     def check_invariants(self) -> None:
         """:meth:`Engine.check_invariants` with the batcher paused (no grant pending, no step

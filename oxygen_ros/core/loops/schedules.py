@@ -50,10 +50,12 @@ class SerialEngine(Engine):
         return FrameResult(self.frame_id, None, [], [], FrameMetrics(frame_id=self.frame_id,
                                                                       blocks_total=self.pool.blocks.num_blocks))
 
-    def warmup(self, frames: int = 1) -> None:
+    def warmup(self, frames: int = 1) -> float:
         """As :meth:`Engine.warmup`, then forget the warm-up in the schedule metrics."""
-        super().warmup(frames)
-        self.meter.reset()
+        try:
+            return super().warmup(frames)
+        finally:
+            self.meter.reset()
 
 
 def make_engine(policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1) -> Engine:
