@@ -259,11 +259,18 @@ class EngineConfig:
         tokens_per_frame: k, decode steps per frame in ``fixed`` mode.
         frame_deadline_s: frame budget in seconds for ``adaptive`` (0 → no deadline: fixed k).
         block_size: token slots per KV block.
-        kv_blocks: pool size in blocks (0 → from ``kv_memory_mb``, or auto when both are 0: one
-            frame prefix plus ``max_running_requests`` requests of the longest task).
-        kv_memory_mb: pool size as a memory budget (MiB of K+V over all layers).
-        max_running_requests: decode batch cap; further requests wait in the queue.
+        kv_blocks: pool size in blocks (0 → automatic, see :mod:`~oxygen_ros.core.cache.sizing`).
+        kv_memory_mb: memory budget (MiB of K+V) of the automatic pool (0 → ``kv_memory_fraction``
+            of free CUDA memory, or ``cpu_kv_memory_mb`` on the CPU).
+        kv_memory_fraction: share of free CUDA memory the automatic pool may take (0 < f ≤ 1).
+        cpu_kv_memory_mb: memory budget (MiB) of the automatic pool on the CPU.
+        requests_per_frame: expected rate of asked requests per frame (periodic tasks add
+            1/every_n_frames); with k it sets the requests in flight the pool is sized for.
+        max_running_requests: decode batch cap (0 → the in-flight count of that workload).
         max_queued_requests: queue length; a request beyond it is rejected with a reason.
+        max_queue_wait_s: a request queued longer ends as rejected ("expired"; 0 → no bound).
+        max_overtakes: times a queued request that does not fit yet may be overtaken by smaller
+            later ones before it holds the queue until it fits (aging; 0 → strict FIFO).
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
     """
@@ -277,8 +284,13 @@ class EngineConfig:
     block_size: int = 16
     kv_blocks: int = 0
     kv_memory_mb: float = 0.0
-    max_running_requests: int = 16
+    kv_memory_fraction: float = 0.5
+    cpu_kv_memory_mb: float = 1024.0
+    requests_per_frame: float = 1.0
+    max_running_requests: int = 0
     max_queued_requests: int = 64
+    max_queue_wait_s: float = 10.0
+    max_overtakes: int = 8
     seed: int = 0
     num_denoise_steps: int = 0
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
@@ -288,18 +300,22 @@ class EngineConfig:
         o = "engine"
         _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
         _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
-        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps"):
+        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps",
+                     "max_running_requests", "max_overtakes"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 0, o, name, v, "must be an int >= 0")
         _check(self.min_decode_steps <= self.max_decode_steps, o, "min_decode_steps", self.min_decode_steps,
                "must be <= max_decode_steps")
         _check(self.frame_deadline_s >= 0 and self.frame_deadline_s < float("inf"), o, "frame_deadline_s",
                self.frame_deadline_s, "must be a finite number >= 0")
-        _check(self.kv_memory_mb >= 0 and self.kv_memory_mb < float("inf"), o, "kv_memory_mb", self.kv_memory_mb,
-               "must be a finite number >= 0")
+        for name in ("kv_memory_mb", "cpu_kv_memory_mb", "requests_per_frame", "max_queue_wait_s"):
+            v = getattr(self, name)
+            _check(v >= 0 and v < float("inf"), o, name, v, "must be a finite number >= 0")
+        _check(0 < self.kv_memory_fraction <= 1, o, "kv_memory_fraction", self.kv_memory_fraction,
+               "must be in (0, 1]")
         names = [t.validate().name for t in self.tasks]
         _check(len(set(names)) == len(names), o, "tasks", names, "task names must be unique")
         return self

@@ -92,7 +92,9 @@ class ParamSpec:
 _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
     'tokens_per_frame': (1, 1024), 'min_decode_steps': (0, 1024), 'max_decode_steps': (1, 1024),
     'frame_deadline_s': (0.0, 3600.0), 'block_size': (1, 4096), 'kv_blocks': (0, None),
-    'kv_memory_mb': (0.0, None), 'max_running_requests': (1, 4096), 'max_queued_requests': (0, None),
+    'kv_memory_mb': (0.0, None), 'kv_memory_fraction': (0.0, 1.0), 'cpu_kv_memory_mb': (0.0, None),
+    'requests_per_frame': (0.0, 1000.0), 'max_running_requests': (0, 4096), 'max_queued_requests': (0, None),
+    'max_queue_wait_s': (0.0, None), 'max_overtakes': (0, None),
     'seed': (0, None), 'num_denoise_steps': (0, 1000),
 }
 _ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS}

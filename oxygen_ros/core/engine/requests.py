@@ -41,6 +41,7 @@ class LanguageRequest:
         output_ids: generated tokens so far (stop token excluded).
         pending: the last sampled token, not yet fed to the model (-1 when none).
         reason: finish / reject / failure reason text.
+        overtaken: times later requests were admitted while it waited (admission aging).
         runtime: engine-private handles (block tables, detokenizer, RNG) — not part of the API.
     """
 
@@ -61,6 +62,7 @@ class LanguageRequest:
     pending: int = -1
     reason: str = ""
     cancel_requested: bool = False
+    overtaken: int = 0
     t_submit: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
@@ -99,7 +101,8 @@ class FrameResult:
     """Everything one control frame produced.
 
     ``action`` is ``None`` only when no observation was available or the frame's input was bad
-    (``error`` says why); language work still advances in such a frame.
+    (``error`` says why); language work still advances in such a frame. ``faults`` lists the
+    exceptions contained this frame (:class:`~.faults.Fault`: stage, error text, requests failed).
     """
 
     frame_id: int
@@ -108,3 +111,4 @@ class FrameResult:
     ended: list[RequestResult]
     metrics: FrameMetrics
     error: str | None = None
+    faults: list[Any] = field(default_factory=list)

@@ -59,6 +59,10 @@ class Runner:
         self.streams = streams
         self._plan: tuple[tuple[int, ...], torch.Tensor, int] | None = None  # decode rows of the batch
 
+    def release_scratch(self) -> None:
+        """Drop the cached stacked decode rows (the frame's scratch; rebuilt on the next step)."""
+        self._plan = None
+
     # ------------------------------------------------------------------ prefix
     @torch.inference_mode()
     def prefill(self, enc: EncodedObservation, frame_id: int, table: BlockTable) -> FramePrefix:

@@ -4,7 +4,7 @@ Admission reserves every block a request can ever need (its prompt plus ``max_ne
 ``isolated`` mode its private prefix copy) when it starts, so an in-flight request never runs out
 of KV and is never evicted; and it always leaves room for the next frame's prefix, so the action
 path never waits for blocks. A request that could never fit is rejected with a reason; one that
-cannot fit yet waits in a bounded FIFO queue. The decode budget is a fixed ``k`` or, in adaptive
+cannot fit yet waits in a bounded queue and may be overtaken, with aging (:mod:`.admission`). The decode budget is a fixed ``k`` or, in adaptive
 mode, the number of steps that fit before the frame deadline according to measured step costs
 (OxyGen §4 fixes k offline; adapting it is ours).
 """
@@ -15,6 +15,7 @@ from collections import deque
 
 from ..cache.block_pool import BlockPool
 from ..config import EngineConfig
+from .admission import admit, expire, never_fits_reason
 from .requests import LanguageRequest, RequestStatus
 
 
@@ -45,20 +46,27 @@ class StepCostModel:
 
 
 class Scheduler:
-    """Queue + admission + budget decisions for the engine (one instance per engine)."""
+    """Queue + admission + budget decisions for the engine (one instance per engine).
 
-    def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int) -> None:
+    ``max_running`` is the decode batch cap (``cfg.max_running_requests``, or the engine's
+    workload-derived figure when that is 0).
+    """
+
+    def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int,
+                 max_running: int | None = None) -> None:
         self.cfg = cfg
         self.pool = pool
         self.reserve = pool.blocks_for(max_prefix_tokens)
+        self.max_running = max_running or cfg.max_running_requests or 1
         self.queue: deque[LanguageRequest] = deque()
         self.running: list[LanguageRequest] = []
         self.costs = StepCostModel()
 
     @property
     def usable_blocks(self) -> int:
-        """Blocks a request may ever hold (the next frame's prefix reserve excluded)."""
-        return self.pool.num_blocks - self.reserve
+        """The most blocks one request may ever hold: the pool minus the current frame's prefix
+        and the next frame's reserve (both at the longest prefix)."""
+        return self.pool.num_blocks - 2 * self.reserve
 
     def need_blocks(self, r: LanguageRequest, prefix_tokens: int) -> int:
         """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated)."""
@@ -67,44 +75,39 @@ class Scheduler:
             return self.pool.blocks_for(prefix_tokens) + own
         return own
 
+    def _reason(self, need: int) -> str:
+        return never_fits_reason(need, self.usable_blocks, self.pool.num_blocks, self.reserve, self.pool.block_size)
+
+    def submission_check(self, r: LanguageRequest) -> str | None:
+        """Reason to reject ``r`` at submission — its budget alone (prompt not yet known, longest
+        prefix assumed) can never fit — else ``None``."""
+        need = self.pool.blocks_for(r.max_new_tokens)
+        if self.cfg.mode == "isolated":
+            need += self.reserve
+        return self._reason(need) if need > self.usable_blocks else None
+
     def enqueue(self, r: LanguageRequest) -> str | None:
         """Queue a new request; returns a rejection reason if the queue is full."""
         if len(self.queue) >= self.cfg.max_queued_requests:
-            return f"queue full ({self.cfg.max_queued_requests} requests waiting)"
+            return f"queue full ({self.cfg.max_queued_requests} requests waiting, engine.max_queued_requests)"
         self.queue.append(r)
         return None
 
-    def admit(self, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
-        """Decide which queued requests start now on a prefix of ``prefix_tokens`` tokens.
+    def expire(self, now: float) -> list[LanguageRequest]:
+        """Queued requests older than ``max_queue_wait_s`` (removed, status and reason set)."""
+        return expire(self.queue, now, self.cfg.max_queue_wait_s)
 
-        FIFO: the first request that does not fit yet blocks the ones behind it (no starvation of
-        long requests). Requests that can never fit are rejected (status and reason set here).
+    def admit(self, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+        """Decide which queued requests start now on a prefix of ``prefix_tokens`` tokens (see
+        :mod:`.admission`: never-fits rejected, smaller ones may overtake, aging holds the queue).
 
         Returns:
             (admitted in order, rejected).
         """
-        admitted: list[LanguageRequest] = []
-        rejected: list[LanguageRequest] = []
-        free = self.pool.num_free
-        while self.queue:
-            r = self.queue[0]
-            need = self.need_blocks(r, prefix_tokens)
-            if need > self.usable_blocks:
-                self.queue.popleft()
-                r.status = RequestStatus.REJECTED
-                r.reason = (f"request needs {need} KV blocks but the pool has {self.usable_blocks} usable "
-                            f"(of {self.pool.num_blocks}, block_size {self.pool.block_size}); "
-                            f"raise kv_blocks or lower max_new_tokens")
-                rejected.append(r)
-                continue
-            if len(self.running) + len(admitted) >= self.cfg.max_running_requests:
-                break
-            if free - need < self.reserve:
-                break
-            free -= need
-            self.queue.popleft()
-            admitted.append(r)
-        return admitted, rejected
+        running = sum(1 for r in self.running if not r.status.terminal)
+        return admit(self.queue, lambda r: self.need_blocks(r, prefix_tokens), free=self.pool.num_free,
+                     reserve=self.reserve, capacity=self.usable_blocks, slots=max(0, self.max_running - running),
+                     max_overtakes=self.cfg.max_overtakes, reject_reason=self._reason)
 
     def decode_steps(self, time_left_s: float | None) -> int:
         """Decode steps for this frame in ``unified`` mode.
