@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from oxygen_ros.core.detokenize import IncrementalDetokenizer
-from oxygen_ros.core.engine import runner as runner_module
+from oxygen_ros.core.engine import steps as steps_module
 from oxygen_ros.core.engine.engine import Engine
 
 STAGES = ("vision", "prefill", "denoise", "decode", "sampling", "detokenize")
@@ -28,13 +28,15 @@ STAGES = ("vision", "prefill", "denoise", "decode", "sampling", "detokenize")
 def stage_targets(engine: Engine) -> dict[str, tuple[Any, str]]:
     """``stage -> (owner, attribute)`` of the function that implements it in ``engine``.
 
-    ``decode`` is the VLM's causal forward (also used by a new request's prompt extension, which
-    the engine reports as the ``start`` stage); ``sampling`` is the runner's row sampler;
-    ``detokenize`` is the incremental detokenizer's ``push`` (class-wide while installed).
+    ``vision`` / ``prefill`` / ``denoise`` are the runner's eager stage functions (the soak and
+    tests run eager); ``decode`` is the VLM's causal forward (also used by a new request's prompt
+    extension, which the engine reports as the ``start`` stage); ``sampling`` is the decode step's
+    on-device sampler; ``detokenize`` is the incremental detokenizer's ``push`` (class-wide while
+    installed).
     """
-    m = engine.policy.model
-    return {"vision": (m, "embed_images"), "prefill": (m, "prefill"), "denoise": (m, "sample_actions"),
-            "decode": (m, "decode_step"), "sampling": (runner_module, "sample_rows"),
+    r = engine.runner
+    return {"vision": (r.vision, "eager"), "prefill": (r.prefill_stage, "eager"), "denoise": (r.denoise_stage, "eager"),
+            "decode": (engine.policy.model, "decode_step"), "sampling": (steps_module, "sample_batch"),
             "detokenize": (IncrementalDetokenizer, "push")}
 
 

@@ -130,3 +130,13 @@ def test_step_cost_model_estimates():
     assert abs(c.estimate(2) - 0.03) < 1e-12
     assert c.estimate(1) == c.estimate(2)  # closest larger measured batch
     assert abs(c.estimate(4) - 0.06) < 1e-12  # linear beyond the largest measurement
+
+
+def test_request_longer_than_the_block_table_width_is_rejected():
+    pool = BlockPool(400, 4)
+    s = Scheduler(EngineConfig(max_request_tokens=20), pool, max_prefix_tokens=16)
+    s.enqueue(_req(0, prompt=3, max_new=17))
+    s.enqueue(_req(1, prompt=3, max_new=18))
+    admitted, rejected = s.admit(prefix_tokens=16)
+    assert [r.id for r in admitted] == [0] and [r.id for r in rejected] == [1]
+    assert "max_request_tokens is 20" in rejected[0].reason

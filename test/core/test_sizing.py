@@ -52,7 +52,7 @@ def test_configure_time_message_says_what_it_chose(policy):
     e = Engine(policy, EngineConfig(tokens_per_frame=1))
     msg = e.pool_plan.describe()
     assert e.pool_plan.in_flight == 31 and e.pool_plan.sustained == 31 and e.scheduler.max_running == 31
-    assert f"{e.pool.blocks.num_blocks} blocks" in msg and "within engine.cpu_kv_memory_mb=1024" in msg
+    assert f"{e.pool.blocks.num_blocks} blocks" in msg and "within the CPU default of 1024 MiB" in msg
     assert "1.03 requests/frame of 30 frames each" in msg
 
 

@@ -24,6 +24,7 @@ from ..config import ConfigError, EngineConfig, ModelConfig
 from .kv_pool import KVPool
 
 PROMPT_ALLOWANCE = 64  # prompt tokens planned per request beside its max_new_tokens
+CPU_KV_MEMORY_MB = 1024  # memory budget of the automatic pool on the CPU when kv_memory_mb is 0
 
 
 class PoolSizeError(ValueError):
@@ -136,7 +137,7 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
     """:func:`plan_pool` for an engine configuration over ``model``'s VLM K/V (``dtype`` on ``device``).
 
     Budget: ``kv_memory_mb`` if set, else ``kv_memory_fraction`` of free CUDA memory
-    (``torch.cuda.mem_get_info``) or ``cpu_kv_memory_mb`` on the CPU. Workload: asked requests at
+    (``torch.cuda.mem_get_info``) or :data:`CPU_KV_MEMORY_MB` on the CPU. Workload: asked requests at
     ``requests_per_frame`` (if a task is asked) plus ``1 / every_n_frames`` per periodic task, each
     of the longest budget N plus :data:`PROMPT_ALLOWANCE` prompt tokens, living ``ceil(N / k)``
     frames (k = ``tokens_per_frame``; ``min_decode_steps`` for the adaptive budget).
@@ -153,7 +154,7 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
         budget = int(free * cfg.kv_memory_fraction)
         src = f"engine.kv_memory_fraction={cfg.kv_memory_fraction:g} of {free / 2**20:.0f} MiB free"
     else:
-        budget, src = int(cfg.cpu_kv_memory_mb * 2**20), f"engine.cpu_kv_memory_mb={cfg.cpu_kv_memory_mb:g}"
+        budget, src = CPU_KV_MEMORY_MB * 2**20, f"the CPU default of {CPU_KV_MEMORY_MB} MiB (engine.kv_memory_mb=0)"
     longest = max((t.max_new_tokens for t in cfg.tasks), default=0)
     asked = cfg.requests_per_frame if any(not t.every_n_frames for t in cfg.tasks) else 0.0
     rate = asked + sum(1.0 / t.every_n_frames for t in cfg.tasks if t.every_n_frames)
@@ -170,4 +171,4 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
         raise ConfigError(f"engine: {e}") from None
 
 
-__all__ = ["PROMPT_ALLOWANCE", "PoolPlan", "PoolSizeError", "in_flight_requests", "plan_pool", "size_for"]
+__all__ = ["CPU_KV_MEMORY_MB", "PROMPT_ALLOWANCE", "PoolPlan", "PoolSizeError", "in_flight_requests", "plan_pool", "size_for"]

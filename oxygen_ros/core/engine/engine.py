@@ -12,6 +12,7 @@ threads (ROS callbacks); ``step`` runs in one inference thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Callable
@@ -21,14 +22,16 @@ import numpy as np
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
 from ..cache.sizing import size_for
-from ..config import ConfigError, EngineConfig
+from ..config import EngineConfig
 from ..policy import Pi05Policy, frame_noise
 from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .faults import FaultLog
 from .lifecycle import RequestBook
+from .frame import FramePrefix
+from .plan import FramePlan
 from .requests import FrameResult, LanguageRequest, RequestStatus
-from .runner import FramePrefix, Runner
+from .runner import Runner
 from .scheduler import Scheduler
 from .streams import DeviceStreams
 
@@ -41,12 +44,13 @@ class Engine:
         self.policy = policy
         mc = policy.cfg
         self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
+        if not self.cfg.max_running_requests:  # auto: as many as the pool holds in flight
+            self.cfg = dataclasses.replace(self.cfg, max_running_requests=max(1, self.pool_plan.sustained))
         self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
-        self.runner = Runner(policy, self.pool, self.streams)
-        self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len,
-                                   self.cfg.max_running_requests or max(1, self.pool_plan.sustained))
+        self.runner = Runner(policy, self.pool, self.streams, self.cfg)
+        self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
         self.faults = FaultLog(policy.model.device, self.runner.release_scratch)
         self.book.faults = self.faults
@@ -57,6 +61,8 @@ class Engine:
         self._obs: Observation | None = None
         self._new: list[LanguageRequest] = []
         self._cancels: set[int] = set()
+        self.ready = False  # set by warmup(): every hot-path shape ran once (compiled if enabled)
+        self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
     def submit_observation(self, obs: Observation) -> None:
@@ -118,10 +124,11 @@ class Engine:
         fid = self.frame_id
         self.book.begin_frame()
         self.faults.begin_frame(fid)
+        plan = FramePlan(fid)
         m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
         self._prefix: FramePrefix | None = None
         try:
-            action, error = self._frame(obs, new, cancels, m, t0, on_action)
+            action, error = self._frame(obs, new, cancels, m, plan, t0, on_action)
         except Exception as e:  # outside any guarded stage (a bug): fail what is running, go on
             live = [r for r in self.scheduler.running if not r.status.terminal]
             f = self.faults.record("frame", e, [r.id for r in live])
@@ -136,14 +143,15 @@ class Engine:
         m.blocks_in_use = self.pool.blocks.num_in_use
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         deltas, ended = self.book.end_frame()
+        plan.finished = [e.id for e in ended]
         m.tokens_emitted = self.book.tokens_this_frame
-        return FrameResult(fid, action, deltas, ended, m, error, list(self.faults.frame))
+        return FrameResult(fid, action, deltas, ended, m, error, plan, list(self.faults.frame))
 
     def _drop(self, what: str, reason: str) -> str:
         self.dropped_observations += 1
         return f"{what} dropped: {reason}"
 
-    def _frame(self, obs, new, cancels, m: FrameMetrics, t0: float, on_action) -> tuple[ActionChunk | None, str | None]:
+    def _frame(self, obs, new, cancels, m: FrameMetrics, plan: FramePlan, t0: float, on_action) -> tuple[ActionChunk | None, str | None]:
         self.book.enqueue(new)
         self.book.cancel(cancels)
         self.book.expire()
@@ -172,8 +180,8 @@ class Engine:
                 with self.faults.guard("action_callback"):
                     on_action(action)
             if self._prefix is not None:
-                self._start_requests(obs, enc, self._prefix, m)
-        self._decode(m, t0)
+                self._start_requests(obs, enc, self._prefix, m, plan)
+        self._decode(m, t0, plan)
         return action, error
 
     def _act(self, obs: Observation, fid: int, m: FrameMetrics) -> tuple[ActionChunk | None, str | None]:
@@ -202,10 +210,10 @@ class Engine:
             table.release(self.streams.fence())
             raise
 
-    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics) -> None:
+    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics, plan: FramePlan) -> None:
         t = time.perf_counter()
         self.book.prepare_prompts(obs.instruction)
-        admitted, rejected = self.scheduler.admit(prefix.length)
+        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
         self.book.rejected(rejected)
         if not admitted:
             return
@@ -248,47 +256,60 @@ class Engine:
         self.book.accept(batch, toks, oks)
         return True
 
-    def _decode(self, m: FrameMetrics, t0: float) -> None:
-        mode = self.cfg.mode
-        if mode == "isolated":
-            return
+    def _decode(self, m: FrameMetrics, t0: float, plan: FramePlan) -> None:
         left = None
         if self.cfg.frame_deadline_s > 0:
             left = self.cfg.frame_deadline_s - (time.perf_counter() - t0)
-        steps = self.scheduler.decode_steps(left) if mode == "unified" else 1 << 30
+        self.scheduler.plan_decode(plan, left)
         with self.streams.decode():
-            for _ in range(steps):
+            for _ in range(plan.decode_steps):
                 self.book.cancel(self._drain_cancels())
-                batch = [r for r in self.scheduler.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
+                batch = self.scheduler.decode_batch()
                 if not batch or not self._decode_once(batch, m):
                     break
 
-    def warmup(self, frames: int = 1) -> None:
-        """Run ``frames`` throw-away frames on a blank observation (first-call allocations, kernel
-        selection) so the first real frame is not slow. Leaves no trace: frame ids restart at 0
-        and nothing is queued or held. Call before submitting anything."""
+    def warmup(self, frames: int = 1) -> float:
+        """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
+        frame per camera count (vision / prefill / denoise buckets), one decode step per batch
+        bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
+        frames. With ``compile`` this is where every graph is compiled / captured.
+
+        Leaves no trace: frame ids restart at 0 and nothing is queued or held. Call before
+        submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        apart from steady-state frame times).
+        """
+        t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
-        blank = {slots[0]: np.zeros((size, size, 3), np.uint8)}
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        for _ in range(frames):
-            self.submit_observation(Observation(images=blank, state=state, instruction="warm up"))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in range(1, len(slots) + 1)]
+        if not self.runner.static:
+            blanks = blanks[-1:]
+        for images in blanks + [blanks[-1]] * max(frames - 1, 0):
+            self.submit_observation(Observation(images=images, state=state, instruction="warm up"))
             self.step()
+        self.runner.warm_decode_buckets()
+        self.streams.sync()
         self.frame_id = 0
+        self.warmup_s = time.perf_counter() - t0
+        self.ready = True
+        return self.warmup_s
+
+    def diagnostics(self) -> dict[str, object]:
+        """Readiness and compilation state for ``/diagnostics``: ``ready``, ``warmup_s``,
+        ``compile`` mode, the stages running compiled, and any eager fallback with its reason."""
+        out: dict[str, object] = {"ready": self.ready, "warmup_s": round(self.warmup_s, 3),
+                                  "compile": self.cfg.compile, "attention": "flex" if self.runner.flex else "gather"}
+        out["compiled_stages"] = ",".join(st.name for st in self.runner.stages if st.compiled) or "none"
+        for st in self.runner.stages:
+            if st.fallback_reason:
+                out[f"fallback_{st.name}"] = st.fallback_reason
+        return out
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:
-        """Raise ``AssertionError``/``BlockPoolError`` unless the pool is consistent: free + in-use
-        = total, and every reference is held by a running request (none leaked by frames)."""
-        self.pool.blocks.check()
-        expected = [0] * self.pool.blocks.num_blocks
-        for r in self.scheduler.running:
-            if r.status.terminal:
-                continue
-            for b in r.runtime["prefix"].blocks + r.runtime["table"].blocks:
-                expected[b] += 1
-        actual = [self.pool.blocks.refcount(b) for b in range(self.pool.blocks.num_blocks)]
-        assert expected == actual, "KV block references do not match the running requests"
+        """Raise unless the pool is consistent (:meth:`RequestBook.check_invariants`)."""
+        self.book.check_invariants()
 
     @property
     def queued(self) -> int:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
 from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
+from .frame import FramePrefix, RequestState
 from .requests import LanguageRequest, RequestResult, RequestStatus
 
 if TYPE_CHECKING:
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from ..config import EngineConfig
     from ..policy import Pi05Policy
     from .faults import FaultLog
-    from .runner import FramePrefix
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
@@ -57,13 +55,15 @@ class RequestBook:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
         params = SamplingParams(t.temperature if temperature is None else temperature,
                                 t.top_k if top_k is None else top_k, seed).validate()
+        if params.top_k > self.cfg.max_top_k:
+            raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={self.cfg.max_top_k}")
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         rid = self._next_id
         self._next_id += 1
         r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
                             top_k=params.top_k, seed=seed, stop_ids=tuple(int(s) for s in stop_ids),
-                            t_submit=time.perf_counter())
+                            t_submit=time.perf_counter(), sample_key=params.key())
         self._live[rid] = r
         return r
 
@@ -114,7 +114,7 @@ class RequestBook:
         for r in reqs:
             self._end(r, RequestStatus.REJECTED, r.reason)
 
-    def attach(self, r: LanguageRequest, prefix: "FramePrefix", shared: bool) -> None:
+    def attach(self, r: LanguageRequest, prefix: FramePrefix, shared: bool) -> None:
         """Start ``r`` on ``prefix``: take a reference (shared) or own it (private copy), reserve
         its own blocks for prompt + ``max_new_tokens``."""
         pool = self.pool.blocks
@@ -122,9 +122,7 @@ class RequestBook:
             pool.incref(prefix.blocks)
         table = BlockTable(pool)
         table.reserve(len(r.prompt_ids) + r.max_new_tokens)
-        r.runtime.update(prefix=prefix, table=table,
-                         detok=IncrementalDetokenizer(self.policy.tokenizer),
-                         generator=torch.Generator().manual_seed(r.seed) if r.seed is not None else None)
+        r.state = RequestState(prefix, table, IncrementalDetokenizer(self.policy.tokenizer))
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
         self.scheduler.running.append(r)
@@ -157,7 +155,7 @@ class RequestBook:
         if t == eos or t in r.stop_ids:
             self._finish(r, "eos" if t == eos else "stop")
             return
-        piece = r.runtime["detok"].push(t)
+        piece = r.state.detok.push(t)
         r.output_ids.append(t)
         self.tokens_this_frame += 1
         if piece:
@@ -178,7 +176,7 @@ class RequestBook:
                 self._end(r, RequestStatus.FAILED, reason)
 
     def _finish(self, r: LanguageRequest, reason: str) -> None:
-        rest = r.runtime["detok"].flush()
+        rest = r.state.detok.flush()
         r.output_text += rest
         self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
         self._end(r, RequestStatus.FINISHED, reason)
@@ -202,14 +200,26 @@ class RequestBook:
         r.pending = -1
         if status == RequestStatus.REJECTED:
             self.rejected_total += 1
-        rt = r.runtime
-        if "table" in rt:
+        st, r.state = r.state, None
+        if st is not None:
             fence = self.streams.fence()
-            rt.pop("table").release(fence)
-            self.pool.blocks.free(rt.pop("prefix").blocks, fence)
-        rt.clear()
+            st.table.release(fence)
+            self.pool.blocks.free(st.prefix.blocks, fence)
         self._live.pop(r.id, None)
         self._ended.append(RequestResult.of(r))
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError``/``BlockPoolError`` unless the pool is consistent: free + in-use
+        = total, and every reference is held by a running request (none leaked by frames)."""
+        blocks = self.pool.blocks
+        blocks.check()
+        expected = [0] * blocks.num_blocks
+        for r in self.scheduler.running:
+            if not r.status.terminal:
+                for b in r.state.blocks_held():
+                    expected[b] += 1
+        actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
+        assert expected == actual, "KV block references do not match the running requests"
 
     # ------------------------------------------------------------------ frames
     def begin_frame(self) -> None:

@@ -3,20 +3,101 @@
 Admission reserves every block a request can ever need (its prompt plus ``max_new_tokens``, and in
 ``isolated`` mode its private prefix copy) when it starts, so an in-flight request never runs out
 of KV and is never evicted; and it always leaves room for the next frame's prefix, so the action
-path never waits for blocks. A request that could never fit is rejected with a reason; one that
-cannot fit yet waits in a bounded queue and may be overtaken, with aging (:mod:`.admission`). The decode budget is a fixed ``k`` or, in adaptive
-mode, the number of steps that fit before the frame deadline according to measured step costs
-(OxyGen §4 fixes k offline; adapting it is ours).
+path never waits for blocks. No head-of-line waits (vLLM's scheduler is the reference for the
+first rule; the aging is ours):
+- a request that can never fit — more blocks than the pool holds beside the action path (the
+  current frame's prefix and the next frame's reserve), or wider than the block table — is
+  rejected with a reason: at submission when its budget alone is too large, else at its first
+  admission attempt;
+- one that cannot fit *now* stays queued and may be overtaken by later ones that fit; each
+  overtake ages it, and after ``max_overtakes`` it holds the queue (nothing behind it starts)
+  until running requests have freed enough blocks — so it is never starved;
+- the queue is bounded in length (``max_queued_requests``) and age (``max_queue_wait_s``: older
+  requests end as rejected, "expired").
+The decode budget is a fixed ``k`` or, in adaptive mode, the number of steps that fit before the
+frame deadline according to measured step costs (OxyGen §4 fixes k offline; adapting it is ours).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from ..cache.block_pool import BlockPool
 from ..config import EngineConfig
-from .admission import admit, expire, never_fits_reason
+from .plan import FramePlan
 from .requests import LanguageRequest, RequestStatus
+
+
+# ------------------------------------------------------------------ admission (pure functions)
+def never_fits_reason(need: int, capacity: int, pool_blocks: int, reserve: int, block_size: int) -> str:
+    """Rejection text for a request needing ``need`` blocks where at most ``capacity`` fit."""
+    return (f"request needs {need} KV blocks but at most {capacity} fit beside the action path "
+            f"(pool {pool_blocks} blocks of {block_size} tokens, minus {2 * reserve} for the frame prefix "
+            f"and the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens")
+
+
+def admit(queue: deque[LanguageRequest], need: Callable[[LanguageRequest], int], *, free: int, reserve: int,
+          slots: int, max_overtakes: int, never_fits: Callable[[LanguageRequest, int], str | None]
+          ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+    """Pick the queued requests that start now; remove them (and the rejected) from ``queue``.
+
+    Args:
+        queue: waiting requests, oldest first (edited in place: what stays is still queued).
+        need: blocks a request reserves at admission.
+        free: free blocks now; reserve: blocks that must stay free (next frame's prefix).
+        slots: how many more may run.
+        max_overtakes: overtakes a non-fitting request tolerates before it holds the queue.
+        never_fits: ``(request, need) -> reason`` if it can never run (too many blocks beside the
+            action path, or wider than the block table), else ``None``.
+
+    Returns:
+        ``(admitted in queue order, rejected)``; rejected requests have status and reason set.
+    """
+    admitted: list[LanguageRequest] = []
+    rejected: list[LanguageRequest] = []
+    waiting: list[LanguageRequest] = []  # did not fit now, ahead of later ones
+    held = False  # an aged request holds the queue
+    keep: deque[LanguageRequest] = deque()
+    for r in queue:
+        n = need(r)
+        reason = never_fits(r, n)
+        if reason is not None:
+            r.status, r.reason = RequestStatus.REJECTED, reason
+            rejected.append(r)
+            continue
+        if held or len(admitted) >= slots:
+            keep.append(r)
+            continue
+        if free - n >= reserve:
+            free -= n
+            admitted.append(r)
+            for w in waiting:
+                w.overtaken += 1
+            continue
+        keep.append(r)
+        if r.overtaken >= max_overtakes:
+            held = True
+        else:
+            waiting.append(r)
+    queue.clear()
+    queue.extend(keep)
+    return admitted, rejected
+
+
+def expire(queue: deque[LanguageRequest], now: float, max_wait_s: float) -> list[LanguageRequest]:
+    """Remove requests queued longer than ``max_wait_s`` seconds (``now``: ``time.perf_counter``
+    seconds); returns them with status REJECTED and an "expired" reason. ``max_wait_s <= 0``: none."""
+    if max_wait_s <= 0:
+        return []
+    gone = [r for r in queue if now - r.t_submit > max_wait_s]
+    for r in gone:
+        queue.remove(r)
+        r.status = RequestStatus.REJECTED
+        r.reason = (f"expired: waited {now - r.t_submit:.1f} s in the queue "
+                    f"(engine.max_queue_wait_s = {max_wait_s:g})")
+    return gone
+
 
 
 class StepCostModel:
@@ -48,16 +129,14 @@ class StepCostModel:
 class Scheduler:
     """Queue + admission + budget decisions for the engine (one instance per engine).
 
-    ``max_running`` is the decode batch cap (``cfg.max_running_requests``, or the engine's
-    workload-derived figure when that is 0).
+    The decode batch cap is ``cfg.max_running_requests`` (the engine resolves its 0 = auto).
     """
 
-    def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int,
-                 max_running: int | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int) -> None:
         self.cfg = cfg
         self.pool = pool
         self.reserve = pool.blocks_for(max_prefix_tokens)
-        self.max_running = max_running or cfg.max_running_requests or 1
+        self.max_running = cfg.max_running_requests or 1
         self.queue: deque[LanguageRequest] = deque()
         self.running: list[LanguageRequest] = []
         self.costs = StepCostModel()
@@ -75,16 +154,24 @@ class Scheduler:
             return self.pool.blocks_for(prefix_tokens) + own
         return own
 
-    def _reason(self, need: int) -> str:
-        return never_fits_reason(need, self.usable_blocks, self.pool.num_blocks, self.reserve, self.pool.block_size)
+    def _never_fits(self, r: LanguageRequest, need: int) -> str | None:
+        """Why ``r`` (reserving ``need`` blocks) can never run, else ``None``."""
+        own = len(r.prompt_ids) + r.max_new_tokens
+        if own > self.cfg.max_request_tokens:
+            return (f"request needs {own} tokens (prompt + max_new_tokens) but "
+                    f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
+        if need > self.usable_blocks:
+            return never_fits_reason(need, self.usable_blocks, self.pool.num_blocks, self.reserve,
+                                     self.pool.block_size)
+        return None
 
     def submission_check(self, r: LanguageRequest) -> str | None:
         """Reason to reject ``r`` at submission — its budget alone (prompt not yet known, longest
         prefix assumed) can never fit — else ``None``."""
-        need = self.pool.blocks_for(r.max_new_tokens)
+        need = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
         if self.cfg.mode == "isolated":
             need += self.reserve
-        return self._reason(need) if need > self.usable_blocks else None
+        return self._never_fits(r, need)
 
     def enqueue(self, r: LanguageRequest) -> str | None:
         """Queue a new request; returns a rejection reason if the queue is full."""
@@ -106,8 +193,30 @@ class Scheduler:
         """
         running = sum(1 for r in self.running if not r.status.terminal)
         return admit(self.queue, lambda r: self.need_blocks(r, prefix_tokens), free=self.pool.num_free,
-                     reserve=self.reserve, capacity=self.usable_blocks, slots=max(0, self.max_running - running),
-                     max_overtakes=self.cfg.max_overtakes, reject_reason=self._reason)
+                     reserve=self.reserve, slots=max(0, self.max_running - running),
+                     max_overtakes=self.cfg.max_overtakes, never_fits=self._never_fits)
+
+    def plan_admission(self, plan: FramePlan, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+        """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
+        admitted, rejected = self.admit(prefix_tokens)
+        plan.admitted += [r.id for r in admitted]
+        plan.rejected += [r.id for r in rejected]
+        return admitted, rejected
+
+    def plan_decode(self, plan: FramePlan, time_left_s: float | None) -> list[LanguageRequest]:
+        """Fill ``plan.decoding`` / ``plan.decode_steps`` for the decode phase (``unified``: the
+        budget of :meth:`decode_steps`; ``shared_kv``: until this frame's requests are done;
+        ``isolated``: none — its requests finished at admission). Returns the batch."""
+        batch = self.decode_batch()
+        plan.decoding = [r.id for r in batch]
+        mode = self.cfg.mode
+        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(time_left_s) if mode == "unified"
+                             else 1 << 30)
+        return batch
+
+    def decode_batch(self) -> list[LanguageRequest]:
+        """Running requests with a token to feed, in admission order (the decode batch)."""
+        return [r for r in self.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
 
     def decode_steps(self, time_left_s: float | None) -> int:
         """Decode steps for this frame in ``unified`` mode.

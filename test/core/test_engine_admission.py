@@ -69,7 +69,7 @@ def test_impossible_request_rejected_at_submission_without_blocking_others(polic
 
 def test_over_long_prompt_never_fitting_is_rejected_on_its_first_attempt(policy):
     eng = engine(policy)
-    rid = eng.submit_request("conversation", "word " * 400, 4)  # the budget fits, the prompt never does
+    rid = eng.submit_request("conversation", "word " * 80, 4)  # the budget fits, the prompt never does
     eng.submit_observation(make_obs(0))
     (e,) = eng.step().ended
     assert e.id == rid and e.status == RequestStatus.REJECTED and "KV blocks" in e.reason
