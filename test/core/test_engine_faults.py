@@ -3,6 +3,8 @@ frame's chunk is dropped with a reason or the touched requests end FAILED with t
 blocks are released in the same frame, the invariant holds after every frame, later frames are
 unaffected and every request the fault did not touch produces exactly the fault-free output."""
 
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -145,14 +147,29 @@ def test_non_finite_row_fails_that_request_only(policy, reference):
 
 
 def test_out_of_memory_frees_scratch_and_empties_the_cache_once(policy, reference):
+    seen = {}
+
     def fault(eng, inj, f):
-        if f == 4:
-            inj.arm("decode", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)"))
+        if f != 4:
+            return
+        real_empty = eng.faults.empty_cache
+
+        def empty_cache():  # by now the failed stage's activations must be gone
+            seen["scratch_alive"] = seen["scratch"]() is not None
+            real_empty()
+
+        def allocate_then_fail():
+            activations = torch.ones(1 << 16)  # held by the failing stage's frame
+            seen["scratch"] = weakref.ref(activations)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+        eng.faults.empty_cache = empty_cache
+        inj.on_next_call("decode", allocate_then_fail)
 
     eng, frames, results = run(policy, fault)
     (flt,) = frames[4].faults
     assert flt.oom and flt.kind == "decode_oom" and eng.faults.counts == {"decode_oom": 1}
-    assert eng.faults.cache_emptied == 1
+    assert eng.faults.cache_emptied == 1 and seen["scratch_alive"] is False
     assert all(fr.action is not None for fr in frames)
     check_untouched(results, reference[1], set(flt.request_ids), min_compared=2)
 

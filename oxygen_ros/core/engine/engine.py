@@ -52,7 +52,7 @@ class Engine:
         self.runner = Runner(policy, self.pool, self.streams, self.cfg)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
-        self.faults = FaultLog(policy.model.device, self.runner.release_scratch)
+        self.faults = FaultLog(policy.model.device)
         self.book.faults = self.faults
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
         self.frame_id = 0

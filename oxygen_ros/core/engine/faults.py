@@ -9,13 +9,15 @@ text and release their blocks in the same frame (vLLM aborts a request the same 
 go back to the pool; no partial step is ever resumed past a lost position).
 
 On an out-of-memory error (``torch.OutOfMemoryError``, the class CUDA raises) the guard also
-frees the frame's scratch (the runner's cached batch rows) and empties the CUDA allocator cache
-once, so the next frame starts from a clean allocator; on the CPU the same path runs with the
-cache call a no-op. ``KeyboardInterrupt``/``SystemExit`` are not contained.
+frees the failed stage's scratch — the activations its frames still hold through the traceback
+(``traceback.clear_frames``) and anything ``release_scratch`` drops — and then empties the CUDA
+allocator cache once, so the next frame starts from a clean allocator; on the CPU the same path
+runs with the cache call a no-op. ``KeyboardInterrupt``/``SystemExit`` are not contained.
 """
 
 from __future__ import annotations
 
+import gc
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -76,7 +78,7 @@ class FaultLog:
 
     Args:
         device: the model's device (the CUDA cache is emptied only there).
-        release_scratch: frees the frame's scratch tensors (called on out-of-memory errors).
+        release_scratch: drops engine-held scratch tensors (called on out-of-memory errors).
     """
 
     def __init__(self, device: torch.device, release_scratch: Callable[[], None] = lambda: None) -> None:
@@ -98,16 +100,22 @@ class FaultLog:
     def record(self, stage: str, exc: Exception, request_ids: Iterable[int] = ()) -> Fault:
         """Count ``exc`` raised in ``stage``; on OOM free scratch and empty the allocator cache once."""
         oom = is_oom(exc)
-        if oom:
-            self.release_scratch()
-            if self.cuda:
-                torch.cuda.empty_cache()
-            self.cache_emptied += 1
         f = Fault(stage, f"{type(exc).__name__}: {exc}", self.frame_id, tuple(request_ids), oom,
                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        if oom:
+            traceback.clear_frames(exc.__traceback__)  # the failed stage's activations go now
+            self.release_scratch()
+            gc.collect()
+            self.empty_cache()
         self.counts[f.kind] = self.counts.get(f.kind, 0) + 1
         self.frame.append(f)
         return f
+
+    def empty_cache(self) -> None:
+        """Return the CUDA allocator's cached blocks to the device (no-op on the CPU); counted."""
+        if self.cuda:
+            torch.cuda.empty_cache()
+        self.cache_emptied += 1
 
     def count(self, kind: str) -> None:
         """Count a fault that is not an exception (e.g. ``non_finite_logits`` of one row)."""

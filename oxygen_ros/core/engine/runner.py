@@ -59,10 +59,6 @@ class Runner:
         """The hot-path stages (for diagnostics: compiled or not, fallback reasons)."""
         return [self.vision, self.prefill_stage, self.denoise_stage, self.decode_stage]
 
-    def release_scratch(self) -> None:
-        """Drop the cached stacked decode rows (the frame's scratch; rebuilt on the next step)."""
-        self._plan = None
-
     # ------------------------------------------------------------------ prefix
     def prefix_bucket(self, cameras: int, prompt_tokens: int) -> int:
         """Padded prefix length: ``cameras * N + max_token_len`` (exact length without static shapes)."""
