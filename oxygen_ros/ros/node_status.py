@@ -58,6 +58,9 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
                   tokens=node.stats.total_tokens, deadline_misses=node.stats.deadline_misses,
                   dropped_observations=node.engine.dropped_observations)
     values.update(node.engine.diagnostics())  # ready, warmup_s, compile, compiled stages, fallbacks
+    faults = node.engine.faults
+    values.update(faults_total=faults.total, **{f'faults_{k}': v for k, v in sorted(faults.counts.items())})
+    values.update(kv_pool_requests_in_flight=node.engine.pool_plan.sustained)
     values.update(node.assembler.counts())
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_ros.core.cache.block_pool import PoolExhausted
 from oxygen_ros.core.config import EngineConfig, TaskConfig
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.loops.concurrent import ConcurrentEngine
@@ -181,29 +180,73 @@ def test_action_loop_does_not_wait_for_language(policy):
     eng.close()
 
 
-def test_batcher_error_surfaces_in_the_next_step(policy):
+def test_batcher_faults_are_contained_like_the_serial_engine(policy):
+    """A failing start step ends its requests FAILED (blocks released), the fault comes with a
+    later step's result and in the engine's counts; the engine goes on. A bug outside any guard
+    fails the running requests; a non-``Exception`` in the thread surfaces as RuntimeError."""
     eng = ConcurrentEngine(policy, EngineConfig(tasks=TASKS))
+    start = eng.runner.start
 
     def broken(batch):
         raise ValueError("kernel exploded")
 
     eng.runner.start = broken
     eng.submit_observation(obs(0))
-    eng.submit_request("conversation", "hello")
+    rid = eng.submit_request("conversation", "hello")
     eng.step()
-    with eng.batcher.paused():  # the grant has been processed (and failed)
+    r = eng.flush()
+    assert [e.status for e in r.ended if e.id == rid] == [RequestStatus.FAILED]
+    assert "failed in start: ValueError: kernel exploded" in r.ended[0].reason
+    assert [f.stage for f in r.faults] == ["start"] and eng.faults.counts == {"start": 1}
+    eng.runner.start = start
+    eng.submit_observation(obs(1))
+    assert eng.step().action is not None
+    eng.check_invariants()
+    assert eng.pool.blocks.num_in_use == 0
+
+    eos, policy.eos_id = policy.eos_id, -1  # this request must still be running next frame
+    eng.submit_request("conversation", "again", 8)
+    eng.submit_observation(obs(2))
+    eng.step()
+    eng.flush()
+    policy.eos_id = eos
+    assert eng.running == 1
+    process = eng.batcher.work.process
+
+    def bug(g, out):
+        raise KeyError("bookkeeping bug")
+
+    eng.batcher.work.process = bug
+    eng.submit_observation(obs(3))
+    eng.step()
+    ended = eng.flush().ended
+    assert [e.status for e in ended] == [RequestStatus.FAILED] and "failed in frame" in ended[0].reason
+    eng.batcher.work.process = process
+
+    class Fatal(BaseException):
         pass
-    with pytest.raises(RuntimeError, match="language batcher failed: kernel exploded"):
+
+    def fatal(g, out):
+        raise Fatal("thread killer")
+
+    eng.batcher.work.process = fatal
+    eng.submit_observation(obs(4))
+    eng.step()
+    with eng.batcher.paused():
+        pass
+    with pytest.raises(RuntimeError, match="language batcher failed: thread killer"):
         eng.step()
-    eng.batcher.stop()
+    eng.batcher.work.process = process
+    eng.close()
 
 
-def test_full_pool_raises_clearly_instead_of_hanging(policy):
+def test_full_pool_drops_the_chunk_clearly_instead_of_hanging(policy):
     eng = ConcurrentEngine(policy, EngineConfig(tasks=TASKS), prefix_wait_s=0.05)
     held = eng.pool.blocks.allocate(eng.pool.blocks.num_free)  # nothing left for a prefix
     eng.submit_observation(obs(0))
-    with pytest.raises(PoolExhausted, match="frame prefix"):
-        eng.step()
+    r = eng.step()  # contained: the chunk is dropped with the reason, nothing hangs
+    assert r.action is None and "PoolExhausted" in r.error and "frame prefix" in r.error
+    assert [f.stage for f in r.faults] == ["frame"]
     eng.pool.blocks.free(held)
     eng.submit_observation(obs(1))
     assert eng.step().action is not None

@@ -1,6 +1,6 @@
 """The batcher loop: the language half of the engine in its own thread, on the decode lane.
 
-The action loop hands it one :class:`Grant` per control frame (in frame order): the requests and
+The action loop hands it one :class:`~.frame_work.Grant` per control frame (in frame order): the requests and
 cancels submitted before that frame, and — when requests may start on it — the frame's prefix,
 whose frame reference moves to the batcher together with the prefix-ready event. For each grant
 the batcher does exactly what the serial ``Engine.step`` does after the chunk (DESIGN §5 steps
@@ -23,56 +23,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..cache.block_pool import BlockTable
-from ..engine.plan import FramePlan
-from ..engine.requests import LanguageRequest, RequestResult, RequestStatus
-from ..engine.streams import StageClock
-from ..types import Observation, TextDelta
-
-
-@dataclass
-class Grant:
-    """One control frame's language work, handed from the action loop to the batcher.
-
-    Attributes:
-        frame_id: the frame; ``periodic``: whether periodic tasks are due-checked (the frame had
-            an observation, as in the serial schedule).
-        new / cancels: requests and cancel ids submitted before this frame.
-        obs, enc, prefix: the observation, its encoding and its prefilled prefix (``prefix`` is
-            ``None`` when nothing may start on it; it then was released by the action loop).
-        ready: the prefix-ready event (CUDA) or ``None`` (CPU: complete when handed over).
-        t_frame: ``perf_counter`` at the start of the frame (adaptive-k deadline origin).
-    """
-
-    frame_id: int
-    periodic: bool
-    new: list[LanguageRequest]
-    cancels: set[int]
-    obs: Observation | None = None
-    enc: Any = None
-    prefix: Any = None
-    ready: object | None = None
-    t_frame: float = 0.0
-
-
-@dataclass
-class BatchStats:
-    """Language work finished since the last :meth:`BatcherLoop.take` (times in seconds)."""
-
-    tokens: int = 0
-    decode: float = 0.0
-    decode_steps: int = 0
-    decode_batch: int = 0
-    busy: float = 0.0
-    grants: int = 0
-    deltas: list[TextDelta] = field(default_factory=list)
-    ended: list[RequestResult] = field(default_factory=list)
-    plans: list[FramePlan] = field(default_factory=list)
+from ..engine.faults import FaultLog
+from ..engine.requests import RequestStatus
+from .frame_work import BatchStats, FrameWork, Grant
 
 
 class BatcherLoop:
@@ -88,7 +45,8 @@ class BatcherLoop:
         self.e = engine
         self.policy = policy
         self.threads = intra_op_threads
-        self.clock = StageClock(engine.streams.cuda)
+        self.faults = FaultLog(engine.streams.device)  # this thread's; moved to the engine's by take()
+        self.work = FrameWork(engine, policy, self.faults)
         self._cv = threading.Condition()
         self._grants: deque[Grant] = deque()
         self._out = BatchStats()
@@ -184,15 +142,20 @@ class BatcherLoop:
                 self._busy, self._in_grant = True, grant is not None
             t0 = time.perf_counter()
             out = BatchStats()
+            self.faults.begin_frame(grant.frame_id if grant is not None else self.faults.frame_id)
             try:
                 with torch.inference_mode():
                     if grant is not None:
-                        self._process(grant, out)
+                        self.work.process(grant, out)
                     else:
-                        self._continuous_step(out)
-            except BaseException as e:  # surfaced to the action loop by take()
+                        self.work.continuous_step(out)
+            except Exception as e:  # outside any guarded stage (a bug): fail what is running, go on
+                self.work.contain(e, out)
+            except BaseException as e:  # not contained: surfaced to the action loop by take()
                 self._error = e
             out.busy = time.perf_counter() - t0
+            out.faults, out.fault_counts = self.faults.frame, self.faults.counts
+            self.faults.counts = {}
             with self._cv:
                 self._merge(out)
                 self._busy = self._in_grant = False
@@ -209,94 +172,9 @@ class BatcherLoop:
         o.deltas.extend(out.deltas)
         o.ended.extend(out.ended)
         o.plans.extend(out.plans)
-
-    # ------------------------------------------------------------------ one grant
-    def _process(self, g: Grant, out: BatchStats) -> None:
-        e, book = self.e, self.e.book
-        plan = FramePlan(g.frame_id)
-        book.begin_frame()
-        book.enqueue(g.new)
-        book.cancel(g.cancels)
-        if g.periodic:
-            book.periodic(g.frame_id)
-        if g.prefix is not None:
-            e.pool.blocks.reclaim(e.streams.is_done)
-            with e.streams.decode(after=g.ready):
-                self._start(g, plan, out)
-            e.pool.blocks.free(g.prefix.blocks, e.streams.fence())  # the frame's own reference
-        self._decode(self._budget(g, plan), out)  # isolated: 0 steps, it decoded inside _start
-        e.scheduler.drop_terminal()
-        self._collect(out, plan)
-        out.grants += 1
-
-    def _collect(self, out: BatchStats, plan: FramePlan | None) -> None:
-        deltas, ended = self.e.book.end_frame()
-        out.deltas.extend(deltas)
-        out.ended.extend(ended)
-        out.tokens += self.e.book.tokens_this_frame
-        if plan is not None:
-            plan.finished = [r.id for r in ended]
-            out.plans.append(plan)
-
-    def _budget(self, g: Grant, plan: FramePlan) -> int:
-        """The frame's decode steps from the scheduler's plan (``continuous``: one step now, more
-        while no grant waits)."""
-        e = self.e
-        left = None
-        if e.cfg.frame_deadline_s > 0:
-            left = e.cfg.frame_deadline_s - (time.perf_counter() - g.t_frame)
-        e.scheduler.plan_decode(plan, left)
-        if self.policy == "continuous" and e.cfg.mode == "unified":
-            plan.decode_steps = 1
-        return plan.decode_steps
-
-    def _start(self, g: Grant, plan: FramePlan, out: BatchStats) -> None:
-        """Admission onto ``g.prefix`` and the first token (the serial ``_start_requests``)."""
-        e = self.e
-        e.book.prepare_prompts(g.obs.instruction)
-        admitted, rejected = e.scheduler.plan_admission(plan, g.prefix.length)
-        e.book.rejected(rejected)
-        if not admitted:
-            return
-        for r in admitted:
-            if e.cfg.mode == "isolated":
-                e.book.attach(r, e.runner.prefill(g.enc, g.prefix.frame_id, BlockTable(e.pool.blocks)), shared=False)
-            else:
-                e.book.attach(r, g.prefix, shared=True)
-        if e.cfg.mode == "isolated":
-            for r in admitted:  # openpi-style: one request at a time, to completion
-                e.book.accept([r], *e.runner.start([r]))
-                while r.status == RequestStatus.RUNNING:
-                    self._step([r], out)
-        else:
-            e.book.accept(admitted, *e.runner.start(admitted))
-
-    def _decode(self, steps: int, out: BatchStats) -> None:
-        with self.e.streams.decode(after=None):
-            for _ in range(steps):
-                if self.policy == "continuous":
-                    self.e.book.cancel(self.e._drain_cancels())
-                batch = self.e.scheduler.decode_batch()
-                if not batch:
-                    break
-                self._step(batch, out)
-
-    def _step(self, batch: list[LanguageRequest], out: BatchStats) -> None:
-        c0 = self.clock.mark()
-        toks, oks = self.e.runner.decode(batch)  # token ids reach the host: the decode stream's sync
-        dt = self.clock.seconds(c0, self.clock.mark())
-        self.e.scheduler.costs.update(len(batch), dt)
-        out.decode += dt
-        out.decode_steps += 1
-        out.decode_batch = max(out.decode_batch, len(batch))
-        self.e.book.accept(batch, toks, oks)
-
-    def _continuous_step(self, out: BatchStats) -> None:
-        book = self.e.book
-        book.begin_frame()
-        self._decode(1, out)
-        self.e.scheduler.drop_terminal()
-        self._collect(out, None)
+        o.faults.extend(out.faults)
+        for kind, n in out.fault_counts.items():
+            o.fault_counts[kind] = o.fault_counts.get(kind, 0) + n
 
 
 class _Pause:
@@ -321,4 +199,4 @@ class _Pause:
             lp._cv.notify_all()
 
 
-__all__ = ["BatchStats", "BatcherLoop", "Grant"]
+__all__ = ["BatcherLoop"]

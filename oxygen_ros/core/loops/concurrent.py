@@ -34,10 +34,11 @@ from ..engine.engine import Engine
 from ..engine.plan import FramePlan
 from ..engine.requests import FrameResult
 from ..engine.streams import StageClock
-from ..policy import Pi05Policy, frame_noise
-from ..processing import InvalidInputError, NonFiniteActionError
+from ..policy import Pi05Policy
+from ..processing import InvalidInputError
 from ..types import ActionChunk, FrameMetrics
-from .batcher import BatcherLoop, Grant
+from .batcher import BatcherLoop
+from .frame_work import Grant
 from .metrics import ScheduleMeter
 
 
@@ -51,8 +52,7 @@ class ConcurrentEngine(Engine):
             on a 2-core machine; 0: leave torch's setting). Applied to the calling thread at the
             first step.
         prefix_wait_s: how long the action loop waits for the batcher to free blocks for a prefix
-            before it raises :class:`PoolExhausted` (never reached with a pool sized by
-            :func:`~oxygen_ros.core.engine.engine.pool_blocks`).
+            before the frame fails with :class:`PoolExhausted` (contained: the chunk is dropped).
         max_pending: grants the batcher may lag behind before the action loop waits for it
             (overload only: the frame policy owes every frame its k steps; counted in
             ``lag_waits``). A step without an observation has no action work and always waits
@@ -76,14 +76,20 @@ class ConcurrentEngine(Engine):
         self.lag_waits = 0
         self._threads_set = False
         self._serial = False  # warm-up runs the serial step (same stages and shapes, no thread)
+        self._ready: object | None = None
+        self._enc = None
 
     # ------------------------------------------------------------------ the action loop
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
-        """One action frame (see module doc); never waits for language work.
+        """One action frame (see module doc); never waits for language work. Faults are contained
+        as in :meth:`Engine.step` (the chunk is dropped with the reason); the batcher's faults of
+        the frames it finished since the last step come with the result.
+
+        No blocks for the prefix within ``prefix_wait_s`` (a pool too small for the schedule)
+        drops the chunk with a ``PoolExhausted`` reason (a ``frame`` fault).
 
         Raises:
-            RuntimeError: the batcher thread failed (its error is the cause).
-            PoolExhausted: no blocks for the prefix within ``prefix_wait_s``.
+            RuntimeError: the batcher thread died of a non-``Exception`` (its error is the cause).
         """
         if self._serial:
             return super().step(on_action)
@@ -95,49 +101,25 @@ class ConcurrentEngine(Engine):
         self.pool.blocks.reclaim(self.streams.is_done)
         obs, new, cancels = self._drain()
         fid = self.frame_id
+        self.faults.begin_frame(fid)
         m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
-        action, error, prefix, enc, ready, t_chunk = None, None, None, None, None, None
-        if obs is not None:
-            self.frame_id += 1
-            try:
-                enc = self.policy.encode_observation(obs)
-            except InvalidInputError as e:
-                error = f"observation dropped: {e}"
-                self.dropped_observations += 1
-        if enc is not None:
-            table = self._prefix_table(enc.prefix_len)
-            with self.streams.action():
-                c0 = self.clock.mark()
-                prefix = self.runner.prefill(enc, fid, table)
-                c1 = self.clock.mark()
-                ready = self.streams.event()
-                self.streams.hand_over(prefix.last_hidden, "decode")
-                try:
-                    noise = frame_noise(self.cfg.seed, fid, self.policy.cfg.action_horizon, self.policy.cfg.action_dim)
-                    act = self.runner.actions(prefix, noise, self.num_steps)  # the chunk reaches the host
-                    action = ActionChunk(actions=act, stamp=obs.stamp, frame_id=fid)
-                except NonFiniteActionError as e:
-                    error = f"action chunk dropped: {e}"
-                    self.dropped_observations += 1
-                c2 = self.clock.mark()
-            if self.streams.cuda:  # vision is inside the prefill events on the GPU
-                m.prefill, m.denoise = self.clock.seconds(c0, c1), self.clock.seconds(c1, c2)
-            else:
-                m.vision, m.prefill = prefix.stage_times["vision"], prefix.stage_times["prefill"]
-                m.denoise = self.clock.seconds(c1, c2)
+        self._prefix, self._ready, self._enc, t_chunk = None, None, None, None
+        try:
+            action, error = self._action(obs, fid, m)
             if action is not None and on_action is not None:
-                on_action(action)
-            t_chunk = time.perf_counter()
-        if prefix is not None and not self._may_start(new, fid):
+                with self.faults.guard("action_callback"):
+                    on_action(action)
+            t_chunk = None if action is None else time.perf_counter()
+        except Exception as e:  # outside any guarded stage (a bug): drop the chunk, go on
+            action, error = None, f"frame failed: {self.faults.record('frame', e).error}"
+        prefix, self._prefix = self._prefix, None
+        if prefix is not None and (self._enc is None or not self._may_start(new, fid)):
             self.pool.blocks.free(prefix.blocks, self.streams.fence())
             prefix = None
-        limit = 1 if obs is None else self.max_pending
-        if self.batcher.pending >= limit:
-            self.lag_waits += int(obs is not None)
-            while self.batcher.pending >= limit and self.batcher.alive:
-                self.batcher.wait_progress(0.01)
-        self.batcher.submit(Grant(fid, obs is not None, new, cancels, obs, enc, prefix, ready, t0))
+        self._wait_lag(obs is not None)
+        self.batcher.submit(Grant(fid, obs is not None, new, cancels, obs, self._enc, prefix, self._ready, t0))
         out = self.batcher.take()
+        self.faults.frame.extend(self._absorb(out))
         m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (out.tokens, out.decode, out.decode_steps,
                                                                        out.decode_batch)
         m.frame_time = time.perf_counter() - t0
@@ -146,7 +128,56 @@ class ConcurrentEngine(Engine):
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         self.meter.frame(m, t0, t_chunk, out.busy, language=self.running + self.queued + len(new) > 0)
         plan = out.plans[-1] if out.plans else FramePlan(fid)  # the newest frame the batcher finished
-        return FrameResult(fid, action, out.deltas, out.ended, m, error, plan)
+        return FrameResult(fid, action, out.deltas, out.ended, m, error, plan, list(self.faults.frame))
+
+    def _action(self, obs, fid: int, m: FrameMetrics) -> tuple[ActionChunk | None, str | None]:
+        """Encode → prefill (blocks reserved before the lane unit) → ready event → denoise."""
+        if obs is None:
+            return None, None
+        self.frame_id += 1
+        with self.faults.guard("observation") as g:
+            try:
+                self._enc = self.policy.encode_observation(obs)
+            except InvalidInputError as e:
+                return None, self._drop("observation", str(e))
+        if g.fault:
+            return None, self._drop("observation", f"failed in observation: {g.fault.error}")
+        table = self._prefix_table(self._enc.prefix_len)
+        with self.streams.action():
+            with self.faults.guard("prefill") as g:
+                c0 = self.clock.mark()
+                try:
+                    self._prefix = self.runner.prefill(self._enc, fid, table)
+                except BaseException:
+                    table.release(self.streams.fence())
+                    raise
+                c1 = self.clock.mark()
+                self._ready = self.streams.event()
+                self.streams.hand_over(self._prefix.last_hidden, "decode")
+            if g.fault:
+                self._enc = None  # nothing starts on a frame without a prefix
+                return None, self._drop("action chunk", f"failed in prefill: {g.fault.error}")
+            action, error = self._act(obs, fid, m)  # the chunk reaches the host: the only sync
+        if self.streams.cuda:  # events; vision is inside the prefill events on the GPU
+            m.vision, m.prefill = 0.0, self.clock.seconds(c0, c1)
+        else:
+            m.vision, m.prefill = self._prefix.stage_times["vision"], self._prefix.stage_times["prefill"]
+        return action, error
+
+    def _absorb(self, out) -> list:
+        """Count the batcher's contained faults in the engine's log; returns them."""
+        for kind, n in out.fault_counts.items():
+            self.faults.counts[kind] = self.faults.counts.get(kind, 0) + n
+        return list(out.faults)
+
+    def _wait_lag(self, has_obs: bool) -> None:
+        """A frame without an observation waits until the batcher caught up (nothing else to do);
+        one with an observation only when the batcher lags ``max_pending`` grants (overload)."""
+        limit = self.max_pending if has_obs else 1
+        if self.batcher.pending >= limit:
+            self.lag_waits += int(has_obs)
+            while self.batcher.pending >= limit and self.batcher.alive:
+                self.batcher.wait_progress(0.01)
 
     def _may_start(self, new: list, fid: int) -> bool:
         """Whether a request could start on this frame's prefix (else the action loop frees it)."""
@@ -190,7 +221,8 @@ class ConcurrentEngine(Engine):
         m = FrameMetrics(frame_id=self.frame_id, blocks_total=self.pool.blocks.num_blocks,
                          tokens_emitted=out.tokens, decode=out.decode, decode_steps=out.decode_steps,
                          decode_batch=out.decode_batch, blocks_in_use=self.pool.blocks.num_in_use)
-        return FrameResult(self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None)
+        return FrameResult(self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None,
+                           self._absorb(out))
 
     def warmup(self, frames: int = 1) -> float:
         """:meth:`Engine.warmup` through the serial step, with the batcher paused: the same stages
