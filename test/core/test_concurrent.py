@@ -211,17 +211,21 @@ def test_batcher_faults_are_contained_like_the_serial_engine(policy):
     eng.flush()
     policy.eos_id = eos
     assert eng.running == 1
-    process = eng.batcher.work.process
+    expire = eng.book.expire
 
-    def bug(g, out):
+    def bug():
         raise KeyError("bookkeeping bug")
 
-    eng.batcher.work.process = bug
+    eng.book.expire = bug  # outside every guarded stage
+    eng.submit_request("conversation", "on a failing frame")  # its frame's prefix must not leak
     eng.submit_observation(obs(3))
     eng.step()
     ended = eng.flush().ended
     assert [e.status for e in ended] == [RequestStatus.FAILED] and "failed in frame" in ended[0].reason
-    eng.batcher.work.process = process
+    eng.book.expire = expire
+    eng.check_invariants()
+    assert eng.pool.blocks.num_in_use == 0 and eng.queued == 1  # the new one still waits
+    process = eng.batcher.work.process
 
     class Fatal(BaseException):
         pass

@@ -78,24 +78,32 @@ class FrameWork:
         self.clock = StageClock(engine.streams.cuda)
 
     def process(self, g: Grant, out: BatchStats) -> None:
-        """Everything the serial step does for language in frame ``g.frame_id``."""
-        e, book = self.e, self.e.book
-        plan = FramePlan(g.frame_id)
-        book.begin_frame()
-        book.enqueue(g.new)
-        book.cancel(g.cancels)
-        book.expire()
-        if g.periodic:
-            book.periodic(g.frame_id)
-        if g.prefix is not None:
-            e.pool.blocks.reclaim(e.streams.is_done)
-            with e.streams.decode(after=g.ready):
-                self._start(g, plan, out)
-            e.pool.blocks.free(g.prefix.blocks, e.streams.fence())  # the frame's own reference
-        self._decode(self._budget(g, plan), out)  # isolated: 0 steps, it decoded inside _start
-        e.scheduler.drop_terminal()
-        self._collect(out, plan)
-        out.grants += 1
+        """Everything the serial step does for language in frame ``g.frame_id``. The frame's own
+        reference on its prefix is dropped right after admission — or, if anything raised, on the
+        way out (never leaked)."""
+        held = g.prefix is not None
+        try:
+            e, book = self.e, self.e.book
+            plan = FramePlan(g.frame_id)
+            book.begin_frame()
+            book.enqueue(g.new)
+            book.cancel(g.cancels)
+            book.expire()
+            if g.periodic:
+                book.periodic(g.frame_id)
+            if g.prefix is not None:
+                e.pool.blocks.reclaim(e.streams.is_done)
+                with e.streams.decode(after=g.ready):
+                    self._start(g, plan, out)
+                held = False
+                e.pool.blocks.free(g.prefix.blocks, e.streams.fence())
+            self._decode(self._budget(g, plan), out)  # isolated: 0 steps, it decoded inside _start
+            e.scheduler.drop_terminal()
+            self._collect(out, plan)
+            out.grants += 1
+        finally:
+            if held:
+                self.e.pool.blocks.free(g.prefix.blocks, self.e.streams.fence())
 
     def _collect(self, out: BatchStats, plan: FramePlan | None) -> None:
         deltas, ended = self.e.book.end_frame()
@@ -174,7 +182,6 @@ class FrameWork:
         self._decode(1, out)
         self.e.scheduler.drop_terminal()
         self._collect(out, None)
-
 
     def contain(self, exc: Exception, out: BatchStats) -> None:
         """The serial engine's frame-level containment: every running request ends FAILED."""
