@@ -120,3 +120,16 @@ def test_compiled_equals_eager_in_every_mode(policy, mode):
     assert all(np.abs(a - b).max() < 1e-5 for a, b in zip(ea, ga))
     assert et == ct == gt and len(et) == 4
     assert eng.runner.flex and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compile_mode", ["default", "reduce-overhead"])
+def test_compiled_equals_eager_on_cuda(compile_mode):
+    """Same check on CUDA: the whole denoise loop is one compiled (captured) region there."""
+    gpu = Pi05Policy.from_pretrained("pi05-tiny", device="cuda", dtype=torch.float32,
+                                     config_overrides={"image_slots": SLOTS})
+    _, ea, et = run(gpu)
+    eng, ca, ct = run(gpu, compile=compile_mode)
+    assert eng.runner.denoise_loop and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
+    assert all(np.abs(a - b).max() < 1e-4 for a, b in zip(ea, ca)) and et == ct
