@@ -268,21 +268,23 @@ class Engine:
                 if not batch or not self._decode_once(batch, m):
                     break
 
-    def warmup(self, frames: int = 1) -> float:
+    def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
         """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
         frame per camera count (vision / prefill / denoise buckets), one decode step per batch
         bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
         frames. With ``compile`` this is where every graph is compiled / captured.
 
-        Leaves no trace: frame ids restart at 0 and nothing is queued or held. Call before
-        submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        ``cameras``: the camera counts to warm (default: 1 … all slots — a stale camera changes the
+        count at run time). Leaves no trace: frame ids restart at 0 and nothing is queued or held.
+        Call before submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
         apart from steady-state frame times).
         """
         t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in range(1, len(slots) + 1)]
+        counts = cameras or list(range(1, len(slots) + 1))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
         if not self.runner.static:
             blanks = blanks[-1:]
         for images in blanks + [blanks[-1]] * max(frames - 1, 0):
