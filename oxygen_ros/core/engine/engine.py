@@ -114,10 +114,8 @@ class Engine:
 
     # ------------------------------------------------------------------ one frame
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
-        """Run one control frame (see module doc). Never raises: a bad observation gives
-        ``action=None`` with ``error`` set and is counted in ``dropped_observations``; an exception
-        in a stage is contained (:mod:`.faults`) — the chunk is dropped with the reason, or the
-        requests the failing step touched end as FAILED with blocks released; ``faults`` lists it."""
+        """Run one control frame (see module doc). Never raises: bad input or a stage exception
+        (contained, :mod:`.faults`) drops the chunk with ``error`` set, or fails the touched requests."""
         t0 = time.perf_counter()
         self.pool.blocks.reclaim(self.streams.is_done)
         obs, new, cancels = self._drain()
@@ -134,9 +132,8 @@ class Engine:
             f = self.faults.record("frame", e, [r.id for r in live])
             self.book.fail(live, f"failed in frame: {f.error}")
             action, error = None, f"frame failed: {f.error}"
-        if self._prefix is not None:
+        if self._prefix is not None:  # the frame's reference; requests on it hold their own
             self.pool.blocks.free(self._prefix.blocks, self.streams.fence())
-            self._prefix = None
         self.scheduler.drop_terminal()
         m.frame_time = time.perf_counter() - t0
         m.bookkeeping = max(0.0, m.frame_time - m.vision - m.prefill - m.denoise - m.decode - m.extra.get("start", 0.0))
