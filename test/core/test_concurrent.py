@@ -244,6 +244,21 @@ def test_batcher_faults_are_contained_like_the_serial_engine(policy):
     eng.close()
 
 
+def test_batcher_call_runs_in_the_batcher_thread(policy):
+    eng = ConcurrentEngine(policy, EngineConfig(tasks=TASKS))
+    eng.batcher.start()
+    assert eng.batcher.call(threading.get_ident) == eng.batcher._thread.ident != threading.get_ident()
+
+    def boom():
+        raise ValueError("in the batcher")
+
+    with pytest.raises(ValueError, match="in the batcher"):
+        eng.batcher.call(boom)
+    eng.submit_observation(obs(0))
+    assert eng.step().action is not None  # still serving
+    eng.close()
+
+
 def test_full_pool_drops_the_chunk_clearly_instead_of_hanging(policy):
     eng = ConcurrentEngine(policy, EngineConfig(tasks=TASKS), prefix_wait_s=0.05)
     held = eng.pool.blocks.allocate(eng.pool.blocks.num_free)  # nothing left for a prefix

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -116,6 +116,23 @@ class BatcherLoop:
         with self._cv:
             self._cv.wait(timeout)
 
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the batcher thread after the granted work, wait, return its result (e.g.
+        warming the decode stage where it will run: CUDA graph trees are per thread).
+
+        Raises:
+            Exception: whatever ``fn`` raised.
+        """
+        box: dict[str, Any] = {}
+        with self._cv:
+            self._grants.append(_Call(fn, box))
+            self._cv.notify_all()
+            while "done" not in box:
+                self._cv.wait(0.05)
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
     def paused(self) -> "_Pause":
         """Context: wait until every grant is processed and no step runs; none starts inside."""
         return _Pause(self)
@@ -140,6 +157,12 @@ class BatcherLoop:
                     return
                 grant = self._grants.popleft() if self._grants else None
                 self._busy, self._in_grant = True, grant is not None
+            if isinstance(grant, _Call):
+                grant.run()
+                with self._cv:
+                    self._busy = self._in_grant = False
+                    self._cv.notify_all()
+                continue
             t0 = time.perf_counter()
             out = BatchStats()
             self.faults.begin_frame(grant.frame_id if grant is not None else self.faults.frame_id)
@@ -175,6 +198,20 @@ class BatcherLoop:
         o.faults.extend(out.faults)
         for kind, n in out.fault_counts.items():
             o.fault_counts[kind] = o.fault_counts.get(kind, 0) + n
+
+
+class _Call:
+    """A function to run in the batcher thread (see :meth:`BatcherLoop.call`)."""
+
+    def __init__(self, fn: Callable[[], Any], box: dict[str, Any]) -> None:
+        self.fn, self.box = fn, box
+
+    def run(self) -> None:
+        try:
+            self.box["result"] = self.fn()
+        except Exception as e:
+            self.box["error"] = e
+        self.box["done"] = True
 
 
 class _Pause:

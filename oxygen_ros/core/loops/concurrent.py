@@ -224,17 +224,29 @@ class ConcurrentEngine(Engine):
         return FrameResult(self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None,
                            self._absorb(out))
 
-    def warmup(self, frames: int = 1) -> float:
+    def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
         """:meth:`Engine.warmup` through the serial step, with the batcher paused: the same stages
         and shapes get compiled, and the persistent step buffers are never used by two threads.
-        Returns the warm-up time in seconds."""
+        With a compiled CUDA engine the decode buckets are warmed once more in the batcher thread
+        (CUDA graph trees are per thread). Returns the warm-up time in seconds."""
         with self.batcher.paused():
             self._serial = self.streams.host_sync = True
             try:
-                return super().warmup(frames)
+                super().warmup(frames, cameras)
             finally:
                 self._serial = self.streams.host_sync = False
                 self.meter.reset()
+        if self.streams.cuda and self.cfg.compile != "none":  # CUDA graph trees are per thread
+            t0 = time.perf_counter()
+            self.batcher.start()
+            self.batcher.call(self._warm_decode_here)
+            self.warmup_s += time.perf_counter() - t0
+        return self.warmup_s
+
+    def _warm_decode_here(self) -> None:
+        with torch.inference_mode(), self.streams.decode(after=None):
+            self.runner.warm_decode_buckets()
+            torch.cuda.current_stream(self.streams.device).synchronize()
 
     def check_invariants(self) -> None:
         """:meth:`Engine.check_invariants` with the batcher paused (no grant pending, no step

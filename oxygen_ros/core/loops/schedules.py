@@ -50,10 +50,10 @@ class SerialEngine(Engine):
         return FrameResult(self.frame_id, None, [], [], FrameMetrics(frame_id=self.frame_id,
                                                                       blocks_total=self.pool.blocks.num_blocks))
 
-    def warmup(self, frames: int = 1) -> float:
+    def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
         """As :meth:`Engine.warmup`, then forget the warm-up in the schedule metrics."""
         try:
-            return super().warmup(frames)
+            return super().warmup(frames, cameras)
         finally:
             self.meter.reset()
 
