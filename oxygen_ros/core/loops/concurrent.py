@@ -158,8 +158,9 @@ class ConcurrentEngine(Engine):
                 self._enc = None  # nothing starts on a frame without a prefix
                 return None, self._drop("action chunk", f"failed in prefill: {g.fault.error}")
             action, error = self._act(obs, fid, m)  # the chunk reaches the host: the only sync
+            c2 = self.clock.mark()
         if self.streams.cuda:  # events; vision is inside the prefill events on the GPU
-            m.vision, m.prefill = 0.0, self.clock.seconds(c0, c1)
+            m.vision, m.prefill, m.denoise = 0.0, self.clock.seconds(c0, c1), self.clock.seconds(c1, c2)
         else:
             m.vision, m.prefill = self._prefix.stage_times["vision"], self._prefix.stage_times["prefill"]
         return action, error
