@@ -44,8 +44,9 @@ class Engine:
         self.policy = policy
         mc = policy.cfg
         self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
-        if not self.cfg.max_running_requests:  # auto: as many as the pool holds in flight
-            self.cfg = dataclasses.replace(self.cfg, max_running_requests=max(1, self.pool_plan.sustained))
+        if not self.cfg.max_running_requests:  # auto: the workload's in-flight count (blocks still gate)
+            n = max(1, self.pool_plan.sustained, self.pool_plan.in_flight)
+            self.cfg = dataclasses.replace(self.cfg, max_running_requests=n)
         self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
