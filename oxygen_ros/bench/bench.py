@@ -10,6 +10,7 @@ every frame) so that load drift on a shared machine hits all three alike. Writes
     bench --host-floor     # host floor per frame at π0.5 depth, tiny widths, eager vs compiled
     bench --gpu            # full pi05, random weights, bf16, one CUDA GPU, compiled, <= 8 min
     bench                  # the paper sweep (see ``bench_workload.paper_sweep``); long on a CPU
+    bench schedules --quick   # serial vs concurrent schedule, with / without language (issue 13)
 """
 
 from __future__ import annotations
@@ -249,7 +250,12 @@ def _host_floor(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA)."""
+    """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA).
+    ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["schedules"]:
+        from .schedule import main as schedules
+        return schedules(args[1:])
     a = parse_args(argv)
     why = _no_cuda(a)
     if why:

@@ -80,6 +80,10 @@ def drain(sim: NodeSim, decode: bool) -> None:
     while decode and (sim.engine.running or sim.engine.queued) and steps < DRAIN_LIMIT:
         sim.frame(None)
         steps += 1
+    flush = getattr(sim.engine, 'flush', None)  # the concurrent schedule's last grants
+    if flush is not None:
+        res = flush()
+        sim.text(res.deltas, res.ended, sim.bag_now_ns, sim.bag_time())
     leftover = sim.engine.close()
     if leftover:
         sim.stats.drops['language requests cancelled at the end of the bag'] += len(leftover)

@@ -232,7 +232,8 @@ class NodeSim:
             decode_steps=m.decode_steps, decode_batch=m.decode_batch, tokens=m.tokens_emitted,
             running=self.engine.running, blocks_in_use=m.blocks_in_use, blocks_total=m.blocks_total,
             masked=() if obs is None else tuple(s for s, v in obs.images.items() if v is None),
-            error=res.error, warmup=warm)
+            error=res.error, warmup=warm, language=bool(m.extra.get('language_load')),
+            batcher_busy=m.extra.get('batcher_busy'))
         self.stats.frames.append(rec)
         if res.error:
             self.console.line(f'[{rec.bag_time:6.2f} s] frame {res.frame_id}: {res.error}')

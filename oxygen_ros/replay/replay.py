@@ -136,7 +136,7 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
             policy) -> ReplayResult:
     import torch
 
-    from oxygen_ros.core.engine.engine import Engine
+    from oxygen_ros.core.loops.schedules import make_engine
     from oxygen_ros.replay.console import Console
     from oxygen_ros.replay.node_sim import NodeSim
 
@@ -146,7 +146,7 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
         check_policy(cfg, policy)
     _prepare_out(opts.out, opts.overwrite)
     torch.manual_seed(cfg.engine.seed)  # periodic requests sample from the global RNG
-    engine = Engine(policy, cfg.engine)
+    engine = make_engine(policy, cfg.engine)
     ref = opts.reference_topic if opts.reference_topic in bag.topics and \
         bag.topics[opts.reference_topic].msgtype == 'sensor_msgs/msg/JointState' else None
     read = [t for t in dict.fromkeys([*topics.inputs, *([ref] if ref else [])]) if t in bag.topics]
@@ -162,10 +162,10 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
         model=f'{opts.model or cfg.model} ({policy.cfg.name}, {policy.model.device}, '
               f'{str(policy.model.dtype).removeprefix("torch.")})',
         timing=(f'{opts.timing} timing' + (f' x{opts.rate:g}' if opts.timing == 'recorded' else '')
-                + f', mode {cfg.engine.mode}, k={cfg.engine.tokens_per_frame}'),
+                + f', mode {cfg.engine.mode}, k={cfg.engine.tokens_per_frame}, {cfg.engine.schedule} schedule'),
         horizon=policy.cfg.action_horizon, control_period_s=cfg.control_period_s,
         frame_deadline_s=cfg.engine.frame_deadline_s, joint_names=list(cfg.joint_names),
-        trigger_slot=trigger, trigger_topic=cam_times[0])
+        trigger_slot=trigger, trigger_topic=cam_times[0], schedule=cfg.engine.schedule)
     writer = None
     if opts.out is not None:
         writer = BagOutput(opts.out / 'output_bag', overwrite=opts.overwrite)

@@ -56,6 +56,8 @@ class FrameRecord:
     masked: tuple[str, ...] = ()
     error: str | None = None
     warmup: bool = False
+    language: bool = False
+    batcher_busy: float | None = None
 
 
 @dataclass
@@ -151,6 +153,13 @@ def summarize(s: ReplayStats) -> dict[str, Any]:
         'action_hz': horizon / t_med if t_med else None,
         'chunk_latency_p50_s': _pct([f.latency for f in acted if f.latency is not None], 50),
         'chunk_latency_p99_s': _pct([f.latency for f in acted if f.latency is not None], 99),
+        'schedule': m.get('schedule', 'serial'),
+        'chunk_latency_language_p50_s': _pct([f.latency for f in acted if f.latency is not None and f.language], 50),
+        'chunk_latency_no_language_p50_s': _pct([f.latency for f in acted
+                                                 if f.latency is not None and not f.language], 50),
+        'batcher_busy_mean': (float(np.mean(busy)) if (busy := [f.batcher_busy for f in timed
+                                                                if f.batcher_busy is not None]) else None),
+        'tokens_per_frame': tokens / len(s.frames) if s.frames else None,
         'stage_mean_s': {k: float(np.mean([getattr(f, k) for f in acted])) if acted else None
                          for k in STAGES},
         'tokens': tokens, 'tok_per_s': tokens / s.wall_total if s.wall_total > 0 else None,
@@ -198,6 +207,10 @@ def format_report(s: ReplayStats) -> str:
         f"{_s(r['frame_time_p50_s'])}; p99 {_s(r['frame_time_p99_s'])}); {rate} chunks/s")
     add(f"  chunk latency   p50 {_s(r['chunk_latency_p50_s'])}, p99 {_s(r['chunk_latency_p99_s'])}"
         ' (observation available -> chunk out)')
+    busy = 'n/a' if r['batcher_busy_mean'] is None else f"{r['batcher_busy_mean']:.2f}"
+    tpf = 'n/a' if r['tokens_per_frame'] is None else f"{r['tokens_per_frame']:.2f}"
+    add(f"  schedule        {r['schedule']}: chunk latency p50 with language {_s(r['chunk_latency_language_p50_s'])}, "
+        f"without {_s(r['chunk_latency_no_language_p50_s'])}; batcher busy {busy}; {tpf} tokens/frame")
     st = r['stage_mean_s']
     add('  frame stages    ' + ', '.join(f'{k} {_s(st[k], "ms", 1e3, 0)}' for k in STAGES)
         + ' (means)')

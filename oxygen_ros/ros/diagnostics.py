@@ -5,6 +5,8 @@
 :func:`build_status` turns a snapshot into a ``DiagnosticStatus``. Metric definitions follow
 DESIGN §5: frame time T is the wall time of one engine step; action frequency = H / T (median T);
 chunk and frame rates are counted over the window; tok/s = tokens emitted / window wall time.
+Schedule metrics (issue 13, defined in ``oxygen_ros.core.loops.metrics``): chunk latency with and
+without language load, batcher busy fraction and tokens per frame, over the same window.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class _Frame:
     tokens: int
     batch: int
     deadline_met: bool
+    latency: float | None = None
+    language: bool = False
+    busy: float | None = None
 
 
 class FrameStats:
@@ -51,8 +56,10 @@ class FrameStats:
     def record(self, now: float, m: FrameMetrics, chunk: bool) -> None:
         """Record one engine step that ended at ``now`` (monotonic seconds)."""
         with self._lock:
+            x = m.extra
             self._frames.append(_Frame(now, m.frame_time, chunk, m.tokens_emitted, m.decode_batch,
-                                       m.deadline_met))
+                                       m.deadline_met, x.get('chunk_latency'), bool(x.get('language_load')),
+                                       x.get('batcher_busy')))
             self.total_frames += 1
             self.total_chunks += int(chunk)
             self.total_tokens += m.tokens_emitted
@@ -74,7 +81,8 @@ class FrameStats:
 
     def summary(self, now: float, horizon: int) -> dict[str, float]:
         """Window statistics: frame_hz, chunk_hz, action_hz (H/T), command_hz, tok_per_s,
-        frame_time_p50_ms, frame_time_p99_ms, decode_batch (mean, max)."""
+        frame_time_p50_ms, frame_time_p99_ms, decode_batch (mean, max), chunk_latency_ms with and
+        without language load (mean; 0 when none), batcher_busy (mean fraction), tokens_per_frame."""
         with self._lock:
             self._trim(now)
             frames = list(self._frames)
@@ -96,7 +104,21 @@ class FrameStats:
             'frame_time_p99_ms': p99 * 1e3,
             'decode_batch_mean': float(np.mean(batches)) if batches else 0.0,
             'decode_batch_max': float(max(batches)) if batches else 0.0,
+            **_schedule(frames),
         }
+
+
+def _schedule(frames: list[_Frame]) -> dict[str, float]:
+    """Schedule metrics of the window (means; 0.0 where nothing was measured)."""
+    def mean(xs: list[float]) -> float:
+        return float(np.mean(xs)) if xs else 0.0
+    lat = [(f.latency, f.language) for f in frames if f.latency is not None]
+    return {
+        'chunk_latency_language_ms': 1e3 * mean([x for x, lang in lat if lang]),
+        'chunk_latency_no_language_ms': 1e3 * mean([x for x, lang in lat if not lang]),
+        'batcher_busy': mean([f.busy for f in frames if f.busy is not None]),
+        'tokens_per_frame': mean([float(f.tokens) for f in frames]),
+    }
 
 
 class ProblemLog:

@@ -99,14 +99,15 @@ class OxygenNode(LifecycleNode):
         return FAILURE
 
     def _load(self, cfg: NodeConfig) -> None:
-        from oxygen_ros.core.engine.engine import Engine
+        from oxygen_ros.core.loops.schedules import make_engine
 
         from oxygen_ros.core.robot_io import RobotFrames
 
         frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        self.engine = Engine(self.policy, cfg.engine)
+        self.engine = make_engine(self.policy, cfg.engine)
+        self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
         acfg = assembler_config(cfg, slots)
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)

@@ -4,7 +4,8 @@ Level and message: ERROR when configure failed or inference raised recently; WAR
 active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
 WARN too while the engine is not ready (warm-up) or when a compiled stage fell back to eager.
 OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
-command), tok/s, p50/p99 frame time, decode batch, requests running/queued, KV blocks in use /
+command), tok/s, p50/p99 frame time, schedule and its metrics (chunk latency with / without
+language load, batcher busy fraction, tokens per frame), decode batch, requests running/queued, KV blocks in use /
 total, deadline misses and every drop counter.
 """
 
@@ -49,7 +50,7 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
         return values
     model = node.policy.model
     values.update(model=cfg.model, device=str(model.device), dtype=str(model.dtype).replace('torch.', ''),
-                  engine_mode=cfg.engine.mode)
+                  engine_mode=cfg.engine.mode, engine_schedule=cfg.engine.schedule)
     values.update(node.stats.summary(now, node.policy.cfg.action_horizon))
     values.update(node.worker.snapshot if node.worker else {})
     values.update(kv_blocks_in_use=node.stats.blocks_in_use, kv_blocks_total=node.stats.blocks_total,
@@ -57,6 +58,9 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
                   tokens=node.stats.total_tokens, deadline_misses=node.stats.deadline_misses,
                   dropped_observations=node.engine.dropped_observations)
     values.update(node.engine.diagnostics())  # ready, warmup_s, compile, compiled stages, fallbacks
+    faults = node.engine.faults
+    values.update(faults_total=faults.total, **{f'faults_{k}': v for k, v in sorted(faults.counts.items())})
+    values.update(kv_pool_requests_in_flight=node.engine.pool_plan.sustained)
     values.update(node.assembler.counts())
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)

@@ -137,7 +137,7 @@ def test_invariants_through_mixed_traffic_and_small_pool(policy):
     rng = np.random.default_rng(5)
     prefix_blocks = -(-policy.cfg.max_prefix_len // 8)
     eng = Engine(policy, EngineConfig(tasks=TASKS, block_size=8, kv_blocks=2 * prefix_blocks + 6,
-                                      max_running_requests=4, max_queued_requests=5, tokens_per_frame=2))
+                                      max_running_requests=4, max_queued_requests=2, tokens_per_frame=2))
     statuses, live = {}, []
     stop_ids = tuple(int(x) for x in rng.choice(np.arange(4, 512), 40, replace=False))
     for f in range(60):

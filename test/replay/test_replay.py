@@ -129,6 +129,23 @@ def test_same_bag_twice_gives_identical_actions_and_text(tmp_path):
     assert not np.array_equal(other.chunks[0].actions, a.chunks[0].actions)
 
 
+def test_concurrent_schedule_replays_the_same_actions_and_text(tmp_path):
+    """engine.schedule:=concurrent (two loops) gives the serial schedule's chunks and texts; the
+    report names the schedule and carries its metrics."""
+    sampled = ('tasks.conversation.temperature:=1.5', 'tasks.memory.temperature:=1.5')
+    bag = window(SAMPLE_BAG, tmp_path / 'short', 4.0)
+    a = run(bag, None, *sampled)
+    b = run(bag, tmp_path / 'b', *sampled, 'engine.schedule:=concurrent')
+    assert len(a.chunks) == len(b.chunks) == 40
+    for x, y in zip(a.chunks, b.chunks):
+        assert x.stamp == y.stamp and np.array_equal(x.actions, y.actions)
+    assert sorted(a.texts) == sorted(b.texts) and len(b.texts) >= 3
+    s = json.loads((tmp_path / 'b' / 'report.json').read_text())['summary']
+    assert s['schedule'] == 'concurrent' and 0.0 <= s['batcher_busy_mean'] <= 1.0
+    assert s['chunk_latency_language_p50_s'] > 0 and s['tokens_per_frame'] > 0
+    assert 'concurrent: chunk latency p50 with language' in b.report
+
+
 def test_missing_camera_topic_masks_the_slot_and_says_so(tmp_path):
     src = window(SAMPLE_BAG, tmp_path / 'short', 3.0)
     bag = edit_bag(src, tmp_path / 'nowrist', lambda t, s, r: [] if t == CAMS[1] else [(t, s, r)])

@@ -31,7 +31,8 @@ def _diag_values(msg: DiagnosticArray) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_chunks_and_streamed_text_end_to_end(tmp_path):
+@pytest.mark.parametrize('schedule', ['serial', 'concurrent'])
+def test_chunks_and_streamed_text_end_to_end(tmp_path, schedule):
     with domain_id() as dom:
         peer = RosPeer(dom, 'listener')
         try:
@@ -46,7 +47,7 @@ def test_chunks_and_streamed_text_end_to_end(tmp_path):
                       'tasks.conversation.max_new_tokens': 24, 'tasks.memory.every_n_frames': 10,
                       'tasks.memory.max_new_tokens': 8, 'num_threads': 1, 'action_rate_hz': 50.0,
                       'command_type': 'float64_multi_array',
-                      'command_topic': 'forward_position_controller/commands'}
+                      'command_topic': 'forward_position_controller/commands', 'engine.schedule': schedule}
             stamps_file = tmp_path / 'stamps.txt'
             with node_process(dom, tmp_path / 'node.log', REPO / 'config' / 'oxygen.yaml',
                               params) as node:
@@ -105,5 +106,7 @@ def test_chunks_and_streamed_text_end_to_end(tmp_path):
                 'frame_time_p99_ms', 'decode_batch_max', 'kv_blocks_in_use', 'kv_blocks_total',
                 'deadline_misses', 'dropped_out_of_order', 'model', 'device'):
         assert key in last, key
-    assert last['model'] == 'pi05-tiny' and last['device'] == 'cpu'
+    assert last['model'] == 'pi05-tiny' and last['device'] == 'cpu' and last['engine_schedule'] == schedule
+    for key in ('chunk_latency_language_ms', 'chunk_latency_no_language_ms', 'batcher_busy', 'tokens_per_frame'):
+        assert key in last, key  # the schedule metrics of issue 13
     assert float(last['tok_per_s']) > 0

@@ -7,12 +7,16 @@ language requests of that frame); it returns to the free list when its last refe
 
 Freed blocks can be *fenced*: on CUDA a block just read by an in-flight kernel must not be handed
 out again before that stream has passed an event. ``free(blocks, fence)`` parks them until
-``reclaim(is_done)`` sees the fence as done. Follows the paged KV cache of vLLM (Kwon et al., 2023)
+``reclaim(is_done)`` sees the fence as done. Every update holds one re-entrant lock, so the
+action loop (prefix blocks) and the batcher loop (request blocks) may share the pool from two
+threads (issue 13). Follows the paged KV cache of vLLM (Kwon et al., 2023)
 and DESIGN §4; written from scratch.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections import deque
 from typing import Callable, Iterable
 
@@ -23,6 +27,15 @@ class PoolExhausted(RuntimeError):
 
 class BlockPoolError(RuntimeError):
     """Invariant violation: double free, unknown block, bad reference count."""
+
+
+def _locked(method: Callable) -> Callable:
+    """Run a :class:`BlockPool` method under the pool's lock."""
+    @functools.wraps(method)
+    def run(self: "BlockPool", *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return run
 
 
 class BlockPool:
@@ -36,6 +49,7 @@ class BlockPool:
         self._free: deque[int] = deque(range(num_blocks))
         self._ref = [0] * num_blocks
         self._fenced: list[tuple[object, list[int]]] = []
+        self.lock = threading.RLock()
 
     # ------------------------------------------------------------------ queries
     def blocks_for(self, num_tokens: int) -> int:
@@ -66,6 +80,7 @@ class BlockPool:
         return n <= len(self._free)
 
     # ------------------------------------------------------------------ updates
+    @_locked
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` free blocks with reference count 1.
 
@@ -79,6 +94,7 @@ class BlockPool:
             self._ref[b] = 1
         return out
 
+    @_locked
     def incref(self, blocks: Iterable[int]) -> None:
         """Add a reference to each (already allocated) block.
 
@@ -92,6 +108,7 @@ class BlockPool:
         for b in blocks:
             self._ref[b] += 1
 
+    @_locked
     def free(self, blocks: Iterable[int], fence: object | None = None) -> int:
         """Drop one reference from each block; blocks reaching 0 are released.
 
@@ -123,6 +140,7 @@ class BlockPool:
                 self._fenced.append((fence, released))
         return len(released)
 
+    @_locked
     def reclaim(self, is_done: Callable[[object], bool]) -> int:
         """Move fenced blocks whose fence ``is_done`` to the free list; returns how many."""
         keep, n = [], 0
@@ -135,6 +153,7 @@ class BlockPool:
         self._fenced = keep
         return n
 
+    @_locked
     def check(self) -> None:
         """Assert the invariants: free + fenced + in-use = total, no block both free and used.
 

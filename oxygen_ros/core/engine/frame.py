@@ -7,12 +7,14 @@ One owner per concept: the runner creates :class:`FramePrefix`; the request book
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
+from ..policy import EncodedObservation
 
 
 @dataclass
@@ -76,3 +78,14 @@ class RequestState:
     def blocks_held(self) -> list[int]:
         """Every block this request holds a reference to."""
         return self.prefix.blocks + self.table.blocks
+
+
+def task_prefix(enc: EncodedObservation, prefix_ids: list[int]) -> EncodedObservation:
+    """``enc`` with its prompt replaced by an own-prefix task's ``prefix_ids`` (none: ``enc``).
+
+    The task's prompt then sits inside its own bidirectional prefix (pi0.5 subtask prediction).
+    """
+    if not prefix_ids:
+        return enc
+    ids = torch.tensor([prefix_ids], dtype=torch.long)
+    return dataclasses.replace(enc, tokens=ids, token_masks=torch.ones_like(ids, dtype=torch.bool))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
     from ..config import EngineConfig
     from ..policy import Pi05Policy
+    from .faults import FaultLog
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
@@ -42,6 +43,7 @@ class RequestBook:
         self.tokens_this_frame = 0
         self.rejected_total = 0
         self.failed_total = 0
+        self.faults: "FaultLog | None" = None  # set by the engine: contained faults are counted there
 
     # ------------------------------------------------------------------ creation
     def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
@@ -70,9 +72,9 @@ class RequestBook:
         return rid in self._live
 
     def enqueue(self, reqs: list[LanguageRequest]) -> None:
-        """Queue new requests; a full queue rejects with a reason."""
+        """Queue new requests; one rejected at submission ends now, a full queue rejects too."""
         for r in reqs:
-            reason = self.scheduler.enqueue(r)
+            reason = r.reason if r.status == RequestStatus.REJECTED else self.scheduler.enqueue(r)
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
@@ -99,8 +101,16 @@ class RequestBook:
                 keep.append(r)
             except (KeyError, ValueError) as e:
                 self._end(r, RequestStatus.REJECTED, f"bad prompt: {e}")
+            except Exception as e:  # a tokenizer bug: contained, this request fails
+                if self.faults is None:
+                    raise
+                self.fail([r], f"failed in prompt: {self.faults.record('prompt', e, (r.id,)).error}")
         sched.queue.clear()
         sched.queue.extend(keep)
+
+    def expire(self) -> None:
+        """End queued requests older than ``max_queue_wait_s`` (rejected, reason "expired ...")."""
+        self.rejected(self.scheduler.expire(time.perf_counter()))
 
     def rejected(self, reqs: list[LanguageRequest]) -> None:
         """Record requests the scheduler rejected (status and reason already set)."""
@@ -123,31 +133,50 @@ class RequestBook:
     # ------------------------------------------------------------------ tokens
     def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:
         """Apply one sampled token per request: emit a delta, or finish on EOS/stop/length, or fail
-        on a non-finite distribution."""
-        eos = self.policy.eos_id
+        on a non-finite distribution. An exception while detokenising one request fails that
+        request only (counted as a ``detokenize`` fault)."""
         now = time.perf_counter()
         for r, t, ok in zip(reqs, toks, oks):
             if r.status != RequestStatus.RUNNING:
                 continue
             if not ok:
+                if self.faults is not None:
+                    self.faults.count("non_finite_logits")
+                self.fail([r], "non-finite token distribution")
+                continue
+            try:
+                self._accept_one(r, t, now)
+            except Exception as e:
+                if self.faults is None:
+                    raise
+                self.fail([r], f"failed in detokenize: {self.faults.record('detokenize', e, (r.id,)).error}")
+
+    def _accept_one(self, r: LanguageRequest, t: int, now: float) -> None:
+        eos = self.policy.eos_id
+        if r.t_first_token is None:
+            r.t_first_token = now
+        if t == eos or t in r.stop_ids:
+            self._finish(r, "eos" if t == eos else "stop")
+            return
+        piece = r.state.detok.push(t)
+        r.output_ids.append(t)
+        self.tokens_this_frame += 1
+        if piece:
+            r.output_text += piece
+            self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
+        if len(r.output_ids) >= r.max_new_tokens:
+            self._finish(r, "length")
+        else:
+            r.pending = t
+
+    def fail(self, reqs: list[LanguageRequest], reason: str) -> None:
+        """End the live ones of ``reqs`` as FAILED with ``reason`` (blocks released now)."""
+        for r in reqs:
+            if not r.status.terminal:
+                if r in self.scheduler.queue:
+                    self.scheduler.queue.remove(r)
                 self.failed_total += 1
-                self._end(r, RequestStatus.FAILED, "non-finite token distribution")
-                continue
-            if r.t_first_token is None:
-                r.t_first_token = now
-            if t == eos or t in r.stop_ids:
-                self._finish(r, "eos" if t == eos else "stop")
-                continue
-            r.output_ids.append(t)
-            self.tokens_this_frame += 1
-            piece = r.state.detok.push(t)
-            if piece:
-                r.output_text += piece
-                self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
-            if len(r.output_ids) >= r.max_new_tokens:
-                self._finish(r, "length")
-            else:
-                r.pending = t
+                self._end(r, RequestStatus.FAILED, reason)
 
     def _finish(self, r: LanguageRequest, reason: str) -> None:
         rest = r.state.detok.flush()
@@ -181,6 +210,19 @@ class RequestBook:
             self.pool.blocks.free(st.prefix.blocks, fence)
         self._live.pop(r.id, None)
         self._ended.append(RequestResult.of(r))
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError``/``BlockPoolError`` unless the pool is consistent: free + in-use
+        = total, and every reference is held by a running request (none leaked by frames)."""
+        blocks = self.pool.blocks
+        blocks.check()
+        expected = [0] * blocks.num_blocks
+        for r in self.scheduler.running:
+            if not r.status.terminal:
+                for b in r.state.blocks_held():
+                    expected[b] += 1
+        actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
+        assert expected == actual, "KV block references do not match the running requests"
 
     # ------------------------------------------------------------------ frames
     def begin_frame(self) -> None:

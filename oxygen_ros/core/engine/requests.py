@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
 from ..types import ActionChunk, FrameMetrics, TextDelta
 from .plan import FramePlan
 
@@ -49,6 +50,7 @@ class LanguageRequest:
         output_ids: generated tokens so far (stop token excluded).
         pending: the last sampled token, not yet fed to the model (-1 when none).
         reason: finish / reject / failure reason text.
+        overtaken: times later requests were admitted while it waited (admission aging).
         state: engine-private KV/decoding state while RUNNING (:class:`RequestState`), else ``None``.
     """
 
@@ -71,6 +73,7 @@ class LanguageRequest:
     pending: int = -1
     reason: str = ""
     cancel_requested: bool = False
+    overtaken: int = 0
     t_submit: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
@@ -110,7 +113,8 @@ class FrameResult:
 
     ``action`` is ``None`` only when no observation was available or the frame's input was bad
     (``error`` says why); language work still advances in such a frame. ``plan`` is the
-    scheduler's :class:`~.plan.FramePlan` of the frame (admitted / decoding / finished ids).
+    scheduler's :class:`~.plan.FramePlan` of the frame (admitted / decoding / finished ids);
+    ``faults`` the exceptions contained this frame (:class:`~.faults.Fault`: stage, error, requests).
     """
 
     frame_id: int
@@ -120,3 +124,4 @@ class FrameResult:
     metrics: FrameMetrics
     error: str | None = None
     plan: FramePlan | None = None
+    faults: list[Any] = field(default_factory=list)

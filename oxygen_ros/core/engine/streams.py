@@ -1,66 +1,230 @@
-"""CUDA streams and events for the engine; no-ops on the CPU.
+"""CUDA streams, events and cross-stream lifetime rules for the engine; host equivalents on the CPU.
 
-The action path (prefill + denoise) runs on a high-priority stream, batched decode on its own
-stream that waits for the prefill event of its frame. Blocks released while a stream may still
-read them are fenced with an event and only reused once it has passed (DESIGN §4–5).
+Two *lanes* share the device: the **action** lane (prefill + denoise, a high-priority CUDA stream)
+and the **decode** lane (the language batcher, a low-priority stream). The rules (DESIGN §4–5,
+issue 13), each implemented here once and used by the serial and the concurrent schedule alike:
+
+- **Start-up**: both streams ``wait_stream`` the default stream, which zero-filled the KV pool and
+  loaded the weights (:meth:`DeviceStreams.wait_default`); otherwise the first prefill on the
+  action stream could race the pool's ``zeros``.
+- **Ordering**: decode work of a frame waits for that frame's prefix-ready event only
+  (``decode(after=event)``), never for the whole action stream, so the next frame's denoise and
+  this frame's decode overlap on the device.
+- **Ownership**: a tensor allocated on one stream and read on the other is handed over with
+  ``record_stream`` (:meth:`DeviceStreams.hand_over`) so the caching allocator does not recycle
+  its memory while the reading stream still uses it.
+- **Block reuse**: a released KV block is fenced with an event on EVERY lane
+  (:meth:`DeviceStreams.fence`) and reused only once all of them have passed
+  (:meth:`DeviceStreams.is_done`, polled by ``BlockPool.reclaim``).
+
+On the CPU, ops run synchronously in the calling thread, so a lane's work is complete when its
+``with`` block exits. A fence there is a :class:`HostFence` over the lanes that are inside a unit
+of work in ANOTHER thread at the moment of the release (the concurrent schedule's two loops): it is
+done once each of those units has ended — the host-side equivalent of a stream event, and the path
+the CPU tests exercise. With one thread (the serial schedule) every CPU fence is ``None``
+(immediately reusable), as before. Stage times come from CUDA events on the GPU and from
+``perf_counter`` on the CPU (:class:`StageClock`), so timing itself never forces a host sync.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from typing import Iterator
 
 import torch
 
 
-class DeviceStreams:
-    """Action/decode streams on CUDA; on other devices every method is a cheap no-op."""
+class Lane:
+    """One loop's stream plus host-side progress counters (units entered / units finished).
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.cuda = device.type == "cuda"
+    ``started``/``finished`` count outermost ``with`` units; ``owner`` is the thread id running
+    the current unit (``None`` when idle). Written by the lane's own thread only; read by others.
+    """
+
+    def __init__(self, name: str, stream: "torch.cuda.Stream | None") -> None:
+        self.name = name
+        self.stream = stream
+        self.started = 0
+        self.finished = 0
+        self.owner: int | None = None
+        self._depth = 0
+
+    def enter(self) -> None:
+        """Begin a unit of work in the calling thread (nested units count once)."""
+        if self._depth == 0:
+            self.owner = threading.get_ident()
+            self.started += 1
+        self._depth += 1
+
+    def exit(self) -> None:
+        """End the unit begun by the matching :meth:`enter`."""
+        self._depth -= 1
+        if self._depth == 0:
+            self.finished += 1
+            self.owner = None
+
+
+class HostFence:
+    """CPU fence: done once every recorded lane finished the unit it was running at record time.
+
+    Args:
+        marks: ``(lane, unit number)`` pairs; done when ``lane.finished >= unit number``.
+    """
+
+    def __init__(self, marks: list[tuple[Lane, int]]) -> None:
+        self.marks = marks
+
+    def query(self) -> bool:
+        """Whether every recorded unit has ended (never blocks)."""
+        return all(lane.finished >= n for lane, n in self.marks)
+
+
+class DeviceStreams:
+    """Action/decode lanes: CUDA streams and events on a GPU, host counters on the CPU.
+
+    Args:
+        device: the model's device.
+        host_sync: whether :meth:`sync` blocks the host (the serial schedule's stage timing). The
+            concurrent schedule sets it ``False``: only results that must reach the host (the
+            chunk, the sampled token ids) synchronise, and stage times come from events.
+    """
+
+    def __init__(self, device: torch.device, host_sync: bool = True) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.host_sync = host_sync
         if self.cuda:
             low, high = torch.cuda.Stream.priority_range()
-            self.action_stream = torch.cuda.Stream(device=device, priority=high)
-            self.decode_stream = torch.cuda.Stream(device=device, priority=low)
+            self.action_stream = torch.cuda.Stream(device=self.device, priority=high)
+            self.decode_stream = torch.cuda.Stream(device=self.device, priority=low)
         else:
             self.action_stream = self.decode_stream = None
+        self.action_lane = Lane("action", self.action_stream)
+        self.decode_lane = Lane("decode", self.decode_stream)
+        self.wait_default()
 
-    @contextlib.contextmanager
-    def action(self) -> Iterator[None]:
-        """Run the enclosed work on the high-priority action stream."""
-        if not self.cuda:
-            yield
-            return
-        with torch.cuda.stream(self.action_stream):
-            yield
-
-    @contextlib.contextmanager
-    def decode(self) -> Iterator[None]:
-        """Run the enclosed work on the decode stream, ordered after the action stream's work so far."""
-        if not self.cuda:
-            yield
-            return
-        self.decode_stream.wait_stream(self.action_stream)
-        with torch.cuda.stream(self.decode_stream):
-            yield
-
-    def sync(self) -> None:
-        """Wait for the current stream (stage timing is wall time after device sync)."""
+    # ------------------------------------------------------------------ start-up / ordering
+    def wait_default(self) -> None:
+        """Order both lanes after everything enqueued so far on the default stream (the pool's
+        zero-fill, weight loading, persistent buffers). Call again after allocating more device
+        state on the default stream. No-op on the CPU."""
         if self.cuda:
+            default = torch.cuda.default_stream(self.device)
+            self.action_stream.wait_stream(default)
+            self.decode_stream.wait_stream(default)
+
+    @contextlib.contextmanager
+    def _unit(self, lane: Lane) -> Iterator[None]:
+        lane.enter()
+        try:
+            if lane.stream is None:
+                yield
+            else:
+                with torch.cuda.stream(lane.stream):
+                    yield
+        finally:
+            lane.exit()
+
+    def action(self) -> contextlib.AbstractContextManager[None]:
+        """Run the enclosed work on the high-priority action lane."""
+        return self._unit(self.action_lane)
+
+    def decode(self, after: object = "action") -> contextlib.AbstractContextManager[None]:
+        """Run the enclosed work on the decode lane.
+
+        Args:
+            after: ``"action"`` (default, the serial schedule's ordering): the decode stream first
+                waits for all action-stream work enqueued so far; an event from :meth:`event`
+                (e.g. a frame's prefix-ready event): it waits for that event only, on the device,
+                without blocking the host; ``None``: no extra wait (stream order suffices).
+        """
+        if self.cuda:
+            if isinstance(after, str) and after == "action":
+                self.decode_stream.wait_stream(self.action_stream)
+            elif isinstance(after, torch.cuda.Event):
+                self.decode_stream.wait_event(after)
+        return self._unit(self.decode_lane)
+
+    def event(self) -> "torch.cuda.Event | None":
+        """An event recorded on the current stream (the lane's inside its ``with``); ``None`` on
+        the CPU, where work is complete when the call returns."""
+        if not self.cuda:
+            return None
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    def hand_over(self, tensor: torch.Tensor | None, to: str) -> None:
+        """Ownership rule for a tensor made on one lane and read on the other (``to``: ``"action"``
+        or ``"decode"``): ``record_stream`` so the allocator keeps its memory until the reading
+        stream's work queued so far is done. No-op on the CPU or for CPU tensors.
+
+        Raises:
+            ValueError: unknown lane name.
+        """
+        if to not in ("action", "decode"):
+            raise ValueError(f"unknown lane {to!r}; expected 'action' or 'decode'")
+        if self.cuda and tensor is not None and tensor.is_cuda:
+            tensor.record_stream(self.action_stream if to == "action" else self.decode_stream)
+
+    # ------------------------------------------------------------------ sync / fences
+    def sync(self) -> None:
+        """Block the host until the current stream is done — only when ``host_sync`` (serial stage
+        timing); the concurrent schedule syncs only through results that reach the host."""
+        if self.cuda and self.host_sync:
             torch.cuda.current_stream(self.device).synchronize()
 
     def fence(self) -> object | None:
-        """An event recorded on both streams' current positions (``None`` on CPU)."""
-        if not self.cuda:
-            return None
-        ev_a = torch.cuda.Event()
-        ev_d = torch.cuda.Event()
-        ev_a.record(self.action_stream)
-        ev_d.record(self.decode_stream)
-        return (ev_a, ev_d)
+        """A marker after which blocks released now may be reused.
+
+        CUDA: one event recorded on each stream's current position (every lane that could have
+        read the blocks). CPU: a :class:`HostFence` over the lanes busy in another thread, or
+        ``None`` when there are none (the releasing thread's own work is already complete).
+        """
+        if self.cuda:
+            ev_a, ev_d = torch.cuda.Event(), torch.cuda.Event()
+            ev_a.record(self.action_stream)
+            ev_d.record(self.decode_stream)
+            return (ev_a, ev_d)
+        me = threading.get_ident()
+        marks = [(lane, lane.started) for lane in (self.action_lane, self.decode_lane)
+                 if lane.owner is not None and lane.owner != me and lane.finished < lane.started]
+        return HostFence(marks) if marks else None
 
     @staticmethod
-    def is_done(fence: object) -> bool:
-        """Whether every event of ``fence`` has completed."""
-        return fence is None or all(ev.query() for ev in fence)  # type: ignore[union-attr]
+    def is_done(fence: object | None) -> bool:
+        """Whether every part of ``fence`` has passed (events queried, never waited on)."""
+        if fence is None:
+            return True
+        if isinstance(fence, HostFence):
+            return fence.query()
+        return all(ev.query() for ev in fence)  # type: ignore[union-attr]
+
+
+class StageClock:
+    """Stage timestamps without a host sync: CUDA timing events on a GPU, ``perf_counter`` on the
+    CPU. Read :meth:`seconds` only after the stream of the later mark has synced for a result
+    (the chunk's or the tokens' transfer to the host) — it then never blocks."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+
+    def mark(self) -> object:
+        """A timestamp on the current stream (an event) or of the host (seconds)."""
+        if not self.cuda:
+            return time.perf_counter()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def seconds(self, a: object, b: object) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (both on the same stream)."""
+        if not self.cuda:
+            return float(b) - float(a)  # type: ignore[arg-type]
+        b.synchronize()  # type: ignore[union-attr]  # already complete where the docstring is followed
+        return a.elapsed_time(b) / 1000.0  # type: ignore[union-attr]
+
+
+__all__ = ["DeviceStreams", "HostFence", "Lane", "StageClock"]

@@ -1,0 +1,33 @@
+"""FrameStats: the schedule metrics (chunk latency with / without language load, batcher busy
+fraction, tokens per frame) over the rolling window, next to the existing rates."""
+
+from oxygen_ros.core.types import FrameMetrics
+from oxygen_ros.ros.diagnostics import FrameStats
+
+
+def frame(i, latency, language, busy, tokens):
+    m = FrameMetrics(frame_id=i, frame_time=0.05, tokens_emitted=tokens)
+    m.extra.update(chunk_latency=latency, language_load=float(language))
+    if busy is not None:
+        m.extra["batcher_busy"] = busy
+    return m
+
+
+def test_schedule_metrics_split_by_language_load_over_the_window():
+    st = FrameStats(window_s=1.0)
+    st.record(0.0, frame(0, 0.5, False, None, 0), True)  # falls out of the window
+    st.record(1.5, frame(1, 0.040, False, 0.0, 0), True)
+    st.record(1.6, frame(2, 0.044, True, 0.5, 3), True)
+    st.record(1.7, frame(3, 0.046, True, 0.7, 1), True)
+    s = st.summary(1.8, horizon=10)
+    assert abs(s["chunk_latency_no_language_ms"] - 40.0) < 1e-6
+    assert abs(s["chunk_latency_language_ms"] - 45.0) < 1e-6
+    assert abs(s["batcher_busy"] - 0.4) < 1e-9
+    assert abs(s["tokens_per_frame"] - 4 / 3) < 1e-9
+
+
+def test_engine_without_schedule_metrics_reports_zeros():
+    st = FrameStats()
+    st.record(0.0, FrameMetrics(frame_id=0, frame_time=0.05), True)
+    s = st.summary(0.1, horizon=10)
+    assert s["chunk_latency_language_ms"] == s["chunk_latency_no_language_ms"] == s["batcher_busy"] == 0.0
