@@ -119,8 +119,7 @@ class ModelConfig:
         for name in ("head_dim", "num_heads", "num_kv_heads"):
             _check(getattr(self.expert, name) == getattr(self.vlm, name), o, f"expert.{name}",
                    getattr(self.expert, name), f"must equal vlm.{name} (joint attention)")
-        for name in ("vocab_size", "action_dim", "action_horizon", "max_token_len", "num_denoise_steps",
-                     "num_state_bins"):
+        for name in ("vocab_size", "action_dim", "action_horizon", "max_token_len", "num_denoise_steps", "num_state_bins"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v > 0, o, name, v, "must be a positive int")
         _check(len(self.image_slots) >= 1 and len(set(self.image_slots)) == len(self.image_slots), o,
@@ -147,21 +146,16 @@ class ModelConfig:
         if extra:
             raise ConfigError(f"model config has unknown keys: {extra}")
         d = dict(d)
-        d["vision"] = VisionConfig(**d["vision"]) if isinstance(d.get("vision"), dict) else d.get("vision")
-        d["vlm"] = GemmaConfig(**d["vlm"]) if isinstance(d.get("vlm"), dict) else d.get("vlm")
-        d["expert"] = GemmaConfig(**d["expert"]) if isinstance(d.get("expert"), dict) else d.get("expert")
+        for key, sub in (("vision", VisionConfig), ("vlm", GemmaConfig), ("expert", GemmaConfig)):
+            d[key] = sub(**d[key]) if isinstance(d.get(key), dict) else d.get(key)
         if "image_slots" in d:
             d["image_slots"] = tuple(d["image_slots"])
         return cls(**d).validate()
 
 
 def _pi05() -> ModelConfig:
-    return ModelConfig(
-        name="pi05",
-        vision=VisionConfig(),
-        vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
-        expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096),
-    )
+    return ModelConfig(name="pi05", vision=VisionConfig(), vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
+                       expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096))
 
 
 def _pi05_small() -> ModelConfig:
@@ -184,10 +178,7 @@ def _pi05_tiny() -> ModelConfig:
                             image_size=56, patch_size=14),
         vlm=GemmaConfig(width=64, depth=2, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=16),
         expert=GemmaConfig(width=32, depth=2, mlp_dim=64, num_heads=4, num_kv_heads=1, head_dim=16),
-        vocab_size=512,
-        action_horizon=10,
-        max_token_len=64,
-    )
+        vocab_size=512, action_horizon=10, max_token_len=64)
 
 
 PRESETS: dict[str, Any] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
@@ -204,7 +195,8 @@ def get_preset(name: str) -> ModelConfig:
     return PRESETS[name]().validate()
 
 
-MODES = ("unified", "shared_kv", "isolated")
+MODES, ATTENTIONS = ("unified", "shared_kv", "isolated"), ("auto", "gather", "flex")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 BUDGETS = ("fixed", "adaptive")
 
 
@@ -240,8 +232,7 @@ class TaskConfig:
 
 DEFAULT_TASKS: tuple[TaskConfig, ...] = (
     TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=30),
-    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20,
-               every_n_frames=0),
+    TaskConfig(name="memory", template="Memory of the scene while doing {instruction}: ", max_new_tokens=20),
 )
 
 
@@ -259,13 +250,23 @@ class EngineConfig:
         tokens_per_frame: k, decode steps per frame in ``fixed`` mode.
         frame_deadline_s: frame budget in seconds for ``adaptive`` (0 → no deadline: fixed k).
         block_size: token slots per KV block.
-        kv_blocks: pool size in blocks (0 → from ``kv_memory_mb``, or auto when both are 0: one
-            frame prefix plus ``max_running_requests`` requests of the longest task).
-        kv_memory_mb: pool size as a memory budget (MiB of K+V over all layers).
-        max_running_requests: decode batch cap; further requests wait in the queue.
-        max_queued_requests: queue length; a request beyond it is rejected with a reason.
+        kv_blocks / kv_memory_mb / kv_memory_fraction: pool size in blocks (0 → sized for the workload
+            within kv_memory_mb MiB of K+V, else the fraction of free CUDA memory or 1024 MiB on the CPU).
+        requests_per_frame / max_running_requests: expected asks per frame (periodic tasks add
+            1/every_n_frames) — with k, the requests in flight the pool holds — and the decode batch cap
+            (0 → that in-flight count).
+        max_queued_requests / max_queue_wait_s / max_overtakes: queue bounds — length and age (beyond:
+            rejected with a reason, "expired"; 0 s → no age bound) — and the overtakes a request that does
+            not fit yet allows before it holds the queue until it fits (aging; 0 → strict FIFO).
         seed: seed of the per-frame flow noise (the same in every mode).
         num_denoise_steps: S (0 → the model's default).
+        compile: torch.compile mode of the hot stages (``COMPILE_MODES``, ``core.engine.compiled``).
+        static_shapes: prefix padded to camera-count buckets, decode to batch buckets with a fixed
+            block-table width (required by ``compile``; padding never changes results).
+        attention: decode attention — ``flex`` (FlexAttention, paged block mask, no K/V gather),
+            ``gather`` (reference) or ``auto`` (flex when compiled).
+        max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
+            width) and of its ``top_k`` (static bound of on-device sampling).
     """
 
     mode: str = "unified"
@@ -277,29 +278,44 @@ class EngineConfig:
     block_size: int = 16
     kv_blocks: int = 0
     kv_memory_mb: float = 0.0
-    max_running_requests: int = 16
+    kv_memory_fraction: float = 0.5
+    requests_per_frame: float = 1.0
+    max_running_requests: int = 0
     max_queued_requests: int = 64
+    max_queue_wait_s: float = 10.0
+    max_overtakes: int = 8
     seed: int = 0
     num_denoise_steps: int = 0
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
+    compile: str = "none"
+    static_shapes: bool = True
+    attention: str = "auto"
+    max_request_tokens: int = 512
+    max_top_k: int = 256
 
     def validate(self) -> "EngineConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
         o = "engine"
+        _check(self.compile in COMPILE_MODES, o, "compile", self.compile, f"must be one of {COMPILE_MODES}")
+        _check(self.attention in ATTENTIONS, o, "attention", self.attention, f"must be one of {ATTENTIONS}")
+        _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
+        bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
+        _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
         _check(self.mode in MODES, o, "mode", self.mode, f"must be one of {MODES}")
         _check(self.decode_budget in BUDGETS, o, "decode_budget", self.decode_budget, f"must be one of {BUDGETS}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_running_requests"):
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_request_tokens", "max_top_k"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
-        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps"):
+        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps", "max_running_requests",
+                     "max_overtakes"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 0, o, name, v, "must be an int >= 0")
         _check(self.min_decode_steps <= self.max_decode_steps, o, "min_decode_steps", self.min_decode_steps,
                "must be <= max_decode_steps")
-        _check(self.frame_deadline_s >= 0 and self.frame_deadline_s < float("inf"), o, "frame_deadline_s",
-               self.frame_deadline_s, "must be a finite number >= 0")
-        _check(self.kv_memory_mb >= 0 and self.kv_memory_mb < float("inf"), o, "kv_memory_mb", self.kv_memory_mb,
-               "must be a finite number >= 0")
+        for name in ("frame_deadline_s", "kv_memory_mb", "requests_per_frame", "max_queue_wait_s"):
+            v = getattr(self, name)
+            _check(v >= 0 and v < float("inf"), o, name, v, "must be a finite number >= 0")
+        _check(0 < self.kv_memory_fraction <= 1, o, "kv_memory_fraction", self.kv_memory_fraction, "must be in (0, 1]")
         names = [t.validate().name for t in self.tasks]
         _check(len(set(names)) == len(names), o, "tasks", names, "task names must be unique")
         return self
@@ -312,5 +328,5 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS",
-           "get_preset"]
+__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig",
+           "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]

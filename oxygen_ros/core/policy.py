@@ -194,7 +194,7 @@ class Pi05Policy:
         if greedy and sampling is not None and sampling.temperature > 0:
             raise ValueError("generate_text: greedy=True contradicts sampling.temperature > 0; pass greedy=False")
         params = (sampling or SamplingParams()).validate() if not greedy else SamplingParams()
-        gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        key = params.key()
         enc = self.encode_observation(observation)
         cont = self.prompt.tokenize_continuation(prompt) if prompt else []
         cache, hidden = self.prefill(enc, extra_capacity=len(cont) + max_new_tokens)
@@ -209,7 +209,7 @@ class Pi05Policy:
         reason = "length"
         stops = set(stop_ids) | {self.eos_id}
         while True:
-            tok, ok = sample_rows(logits, [params], [gen])
+            tok, ok = sample_rows(logits, [params], [key], [len(out)])
             if not ok[0]:
                 reason = "error"
                 break

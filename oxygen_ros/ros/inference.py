@@ -54,6 +54,8 @@ class InferenceWorker:
         self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
         self.rejected_requests = 0
         self.failed_requests = 0
+        self.expired_requests = 0
+        self._logged_faults: set[str] = set()
         self.repeated_observations = 0
         self._last_stamp: float | None = None
 
@@ -128,17 +130,29 @@ class InferenceWorker:
         self._stats.record(time.monotonic(), result.metrics, result.action is not None)
         if result.error:
             self._report('frame_dropped', result.error, WARN)
+        for f in result.faults:  # contained engine faults: counted by kind, traceback logged once
+            if f.kind not in self._logged_faults:
+                self._logged_faults.add(f.kind)
+                self._log.error(f'engine fault in {f.stage} (contained):\n{f.trace}')
+            self._report(f'fault_{f.kind}', f'{f.error} (frame {f.frame_id}, failed requests {list(f.request_ids)})',
+                         ERROR)
         by_task: dict[str, list] = {}
         for d in result.deltas:
             by_task.setdefault(d.task, []).extend(self._streams[d.task].delta(d.request_id, d.text))
         for r in result.ended:
-            by_task.setdefault(r.task, []).extend(self._streams[r.task].end(r.id, r.text))
+            notice = None
             if r.status == RequestStatus.REJECTED:
+                expired = r.reason.startswith('expired')
                 self.rejected_requests += 1
-                self._report('request_rejected', f'{r.task} request {r.id} rejected: {r.reason}', WARN)
+                self.expired_requests += int(expired)
+                notice = f'[request {r.id} {"expired" if expired else "rejected"}: {r.reason}]'
+                self._report('request_expired' if expired else 'request_rejected', notice[1:-1], WARN)
             elif r.status == RequestStatus.FAILED:
                 self.failed_requests += 1
-                self._report('request_failed', f'{r.task} request {r.id} failed: {r.reason}', WARN)
+                notice = f'[request {r.id} failed: {r.reason}]'
+                self._report('request_failed', notice[1:-1], WARN)
+            stream = self._streams[r.task]
+            by_task.setdefault(r.task, []).extend(stream.end(r.id, r.text, notice=notice))
         if not self._stop.is_set():
             for task, emits in by_task.items():
                 self._out.publish_text(task, emits)

@@ -105,6 +105,7 @@ class OxygenNode(LifecycleNode):
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
         self.engine = Engine(self.policy, cfg.engine)
+        self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
         acfg = assembler_config(cfg, slots)
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)

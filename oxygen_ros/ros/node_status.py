@@ -2,7 +2,8 @@
 
 Level and message: ERROR when configure failed or inference raised recently; WARN while not
 active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
-OK otherwise. Key/values: lifecycle state, model, device, dtype, rates (frame, chunk, action = H/T,
+WARN too while the engine is not ready (warm-up) or when a compiled stage fell back to eager.
+OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
 command), tok/s, p50/p99 frame time, decode batch, requests running/queued, KV blocks in use /
 total, deadline misses and every drop counter.
 """
@@ -55,6 +56,10 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
                   frames=node.stats.total_frames, chunks=node.stats.total_chunks,
                   tokens=node.stats.total_tokens, deadline_misses=node.stats.deadline_misses,
                   dropped_observations=node.engine.dropped_observations)
+    values.update(node.engine.diagnostics())  # ready, warmup_s, compile, compiled stages, fallbacks
+    faults = node.engine.faults
+    values.update(faults_total=faults.total, **{f'faults_{k}': v for k, v in sorted(faults.counts.items())})
+    values.update(kv_pool_requests_in_flight=node.engine.pool_plan.sustained)
     values.update(node.assembler.counts())
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
@@ -77,6 +82,11 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     parts = ([waiting] if waiting else []) + list(notes)
     if parts:
         level = WARN
+    if not values.get('ready', True):
+        level, parts = WARN, parts + ['engine warming up (compiling shapes)']
+    fallbacks = sorted(k[len('fallback_'):] for k in values if k.startswith('fallback_'))
+    if fallbacks:
+        level, parts = WARN, parts + [f'compiled {", ".join(fallbacks)} fell back to eager (non-finite output)']
     for plevel, kind, message, count in node.problems.recent(now):
         level = max(level, plevel)
         parts.append(f'{kind} x{count}: {message}')

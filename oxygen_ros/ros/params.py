@@ -30,7 +30,8 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from oxygen_ros.core.config import BUDGETS, DEFAULT_TASKS, MODES, EngineConfig, TaskConfig
+from oxygen_ros.core.config import (ATTENTIONS, BUDGETS, COMPILE_MODES, DEFAULT_TASKS, MODES, EngineConfig,
+                                    TaskConfig)
 
 __all__ = ['ParamError', 'ParamSpec', 'collect_values', 'declare', 'engine_specs', 'read_values',
            'task_specs']
@@ -92,10 +93,13 @@ class ParamSpec:
 _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
     'tokens_per_frame': (1, 1024), 'min_decode_steps': (0, 1024), 'max_decode_steps': (1, 1024),
     'frame_deadline_s': (0.0, 3600.0), 'block_size': (1, 4096), 'kv_blocks': (0, None),
-    'kv_memory_mb': (0.0, None), 'max_running_requests': (1, 4096), 'max_queued_requests': (0, None),
-    'seed': (0, None), 'num_denoise_steps': (0, 1000),
+    'kv_memory_mb': (0.0, None), 'kv_memory_fraction': (0.0, 1.0),
+    'requests_per_frame': (0.0, 1000.0), 'max_running_requests': (0, 4096), 'max_queued_requests': (0, None),
+    'max_queue_wait_s': (0.0, None), 'max_overtakes': (0, None),
+    'seed': (0, None), 'num_denoise_steps': (0, 1000), 'max_request_tokens': (1, 1 << 20),
+    'max_top_k': (1, 1 << 20),
 }
-_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS}
+_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'compile': COMPILE_MODES, 'attention': ATTENTIONS}
 _TASK_RANGES: dict[str, tuple[float | None, float | None]] = {
     'max_new_tokens': (1, 4096), 'temperature': (0.0, 100.0), 'top_k': (0, None),
     'every_n_frames': (0, None),
@@ -113,9 +117,11 @@ _TASK_DOCS = {
 def attribute_docs(cls: type) -> dict[str, str]:
     """Field descriptions from the ``Attributes:`` section of a class docstring (Google style).
 
-    Continuation lines are joined; several names on one line (``a: x; b: y``) are not split.
+    Continuation lines are joined; ``a / b: text`` gives both fields the text (it describes them
+    together); several names on one line (``a: x; b: y``) are not split.
     """
     doc = cls.__doc__ or ''
+    fields = {f.name for f in dataclasses.fields(cls)}
     out: dict[str, str] = {}
     section, current = False, None
     for line in doc.splitlines():
@@ -128,13 +134,15 @@ def attribute_docs(cls: type) -> dict[str, str]:
         if not stripped:
             current = None
             continue
-        m = re.match(r'^(\w+): (.*)$', stripped)
-        if m and (len(line) - len(line.lstrip())) <= 8 and m.group(1) in {
-                f.name for f in dataclasses.fields(cls)}:
-            current = m.group(1)
-            out[current] = m.group(2)
+        m = re.match(r'^(\w+(?: / \w+)*): (.*)$', stripped)
+        names = m.group(1).split(' / ') if m else []
+        if m and (len(line) - len(line.lstrip())) <= 8 and set(names) <= fields:
+            current = names
+            for n in names:
+                out[n] = m.group(2)
         elif current is not None:
-            out[current] += ' ' + stripped
+            for n in current:
+                out[n] += ' ' + stripped
     return {k: v.replace('``', '') for k, v in out.items()}
 
 

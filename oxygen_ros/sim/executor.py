@@ -131,6 +131,14 @@ class ChunkExecutor:
         where = {n: i for i, n in enumerate(names)}
         return np.array([where[n] for n in self.joint_names])
 
+    def _time_verdict(self, stamp: float) -> Verdict | None:
+        """STALE (at or before the last reset) / OUT_OF_ORDER (older than the newest), else None."""
+        if stamp <= self._min_stamp:
+            return Verdict.STALE
+        if stamp < self._newest:
+            return Verdict.OUT_OF_ORDER
+        return None
+
     def _count(self, verdict: Verdict) -> Verdict:
         self._stats.counts[verdict.value] += 1
         return verdict
@@ -159,12 +167,9 @@ class ChunkExecutor:
             if order is None:
                 return self._count(Verdict.BAD_NAMES)
             bad, pos, tfs, stamp = check_chunk(order, stamp, time_from_start, positions)
+            bad = bad or self._time_verdict(stamp)
             if bad is not None:
                 return self._count(bad)
-            if stamp <= self._min_stamp:
-                return self._count(Verdict.STALE)
-            if stamp < self._newest:
-                return self._count(Verdict.OUT_OF_ORDER)
             due = stamp + tfs
             if due[-1] < now - 0.5 * self.step_s:
                 return self._count(Verdict.EXPIRED)
@@ -200,12 +205,9 @@ class ChunkExecutor:
             if order is None:
                 return self._count(Verdict.BAD_NAMES)
             bad, row, stamp = check_command(order, stamp, positions)
+            bad = bad or self._time_verdict(stamp)
             if bad is not None:
                 return self._count(bad)
-            if stamp <= self._min_stamp:
-                return self._count(Verdict.STALE)
-            if stamp < self._newest:
-                return self._count(Verdict.OUT_OF_ORDER)
             if now - stamp > self.stream_timeout_s:
                 return self._count(Verdict.EXPIRED)
             self._newest = stamp

@@ -83,9 +83,12 @@ def test_modes_agree_with_each_other_and_with_the_policy(policy):
         assert ref.text == res.text
         texts.add(tuple(res.token_ids))
     assert len(texts) > 1
-    # Frame f's chunk is the policy's chunk for the same noise.
+    # Frame f's chunk is the policy's chunk for the same noise: within 1e-5 with the prefix padded
+    # to its static bucket (masked keys change the summation order only), bit-exact without.
     ref = policy.sample_actions(make_obs(2), noise=frame_noise(0, 2, policy.cfg.action_horizon, policy.cfg.action_dim))
-    assert np.array_equal(ref, ua[2])
+    assert np.abs(ref - ua[2]).max() < 1e-5
+    exact, _, _, _ = run_plan(policy, "unified", static_shapes=False)
+    assert np.array_equal(ref, exact[2])
 
 
 def test_unified_spreads_decoding_over_frames(policy):
@@ -134,7 +137,7 @@ def test_invariants_through_mixed_traffic_and_small_pool(policy):
     rng = np.random.default_rng(5)
     prefix_blocks = -(-policy.cfg.max_prefix_len // 8)
     eng = Engine(policy, EngineConfig(tasks=TASKS, block_size=8, kv_blocks=2 * prefix_blocks + 6,
-                                      max_running_requests=4, max_queued_requests=5, tokens_per_frame=2))
+                                      max_running_requests=4, max_queued_requests=2, tokens_per_frame=2))
     statuses, live = {}, []
     stop_ids = tuple(int(x) for x in rng.choice(np.arange(4, 512), 40, replace=False))
     for f in range(60):
@@ -143,6 +146,7 @@ def test_invariants_through_mixed_traffic_and_small_pool(policy):
             n = int(rng.choice([3, 8, 40, 200]))
             live.append(eng.submit_request("conversation", f"q{f}", n, temperature=1.0, seed=f,
                                            stop_ids=stop_ids))
+        live = [i for i in live if eng.book.is_live(i)]
         if live and rng.random() < 0.2:
             eng.cancel(int(rng.choice(live)))
         r = eng.step()

@@ -96,3 +96,18 @@ def test_text_stream_ignores_requests_without_output():
     assert ts.end(7, '') == []  # rejected before any token
     out = ts.delta(8, 'par') + ts.end(8, 'par')  # cancelled / failed after a delta
     assert [(e.kind, e.text) for e in out] == [('delta', 'par'), ('text', 'par')]
+
+
+def test_text_stream_says_why_a_request_ended_without_output_in_its_turn():
+    ts = TaskTextStream()
+    live = ts.delta(1, 'the cube')  # an utterance is streaming
+    notice = '[request 2 rejected: request needs 32 KV blocks but at most 11 fit beside the action path]'
+    held = ts.end(2, '', notice=notice)
+    assert [e.text for e in live] == ['the cube'] and held == []  # not inside request 1's utterance
+    out = ts.end(1, 'the cube')
+    assert [(e.kind, e.text, e.request_id) for e in out] == [
+        ('text', 'the cube', 1), ('delta', notice, 2), ('text', notice, 2)]
+    assert ts.pending == 0
+    assert ts.end(3, '', notice=None) == []
+    later = ts.delta(4, 'ok') + ts.end(4, 'ok', notice='[request 4 failed: x]')  # had output: its text
+    assert [(e.kind, e.text) for e in later] == [('delta', 'ok'), ('text', 'ok')]

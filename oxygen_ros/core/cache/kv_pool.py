@@ -11,26 +11,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..model.kv import denoise_view, prefix_positions
+from ..model.kv import ViewBase, denoise_view, prefix_positions
 from .block_pool import BlockPool
 
 
-class KVPool:
-    """Preallocated K/V storage for every VLM layer plus the :class:`BlockPool` bookkeeping."""
+class KVTensors:
+    """The K/V tensors of a pool, ``[num_layers, (num_blocks + 1) * block_size, KVH, D]`` each,
+    with slot writes and gathers — everything an attention view needs (no bookkeeping), so a
+    compiled step function can rebuild it from its tensor arguments."""
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
-        self.blocks = BlockPool(num_blocks, block_size)
-        shape = (num_layers, num_blocks * block_size, num_kv_heads, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.num_layers = num_layers
+    def __init__(self, k: Tensor, v: Tensor, block_size: int) -> None:
+        self.k, self.v = k, v
+        self.block_size = block_size
+        self.num_layers = k.shape[0]
+        self.null_block = k.shape[1] // block_size - 1
 
-    @staticmethod
-    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
-                        dtype: torch.dtype) -> int:
-        """Bytes of K+V for one block over all layers."""
-        return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    @property
+    def null_slot(self) -> int:
+        """First slot of the null block (a harmless write target for padding)."""
+        return self.null_block * self.block_size
 
     @property
     def device(self) -> torch.device:
@@ -50,6 +49,28 @@ class KVPool:
                 self.v[layer].index_select(0, flat).view(b, n, *self.v.shape[2:]))
 
 
+class KVPool(KVTensors):
+    """Preallocated K/V storage for every VLM layer plus the :class:`BlockPool` bookkeeping.
+
+    The tensors hold one block more than the bookkeeping: the *null block* (id ``num_blocks``,
+    never handed out). Static-shape padding writes there (padded prefix tokens, padded decode
+    rows) and padded block-table entries point there; nothing ever reads it unmasked.
+    """
+
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+        self.blocks = BlockPool(num_blocks, block_size)
+        shape = (num_layers, (num_blocks + 1) * block_size, num_kv_heads, head_dim)
+        super().__init__(torch.zeros(shape, dtype=dtype, device=device),
+                         torch.zeros(shape, dtype=dtype, device=device), block_size)
+
+    @staticmethod
+    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
+                        dtype: torch.dtype) -> int:
+        """Bytes of K+V for one block over all layers."""
+        return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
 def pad_slots(rows: list[list[int]] | list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
     """Right-pad per-row slot lists (or 1-D tensors) with slot 0 → (``[B, L]`` int64 slots,
     ``[B]`` int64 lengths)."""
@@ -61,7 +82,7 @@ def pad_slots(rows: list[list[int]] | list[Tensor], device: torch.device) -> tup
     return out.to(device), lengths.to(device)
 
 
-class PagedPrefillView:
+class PagedPrefillView(ViewBase):
     """Prefill of ``[B, P]`` packed prefix tokens into the pool (bidirectional over valid tokens).
 
     Args:
@@ -76,6 +97,8 @@ class PagedPrefillView:
         b, p = valid.shape
         self.allowed = valid[:, None, :].expand(b, p, p)
         self._rows, self._cols = valid.nonzero(as_tuple=True)
+        if int(self._rows.numel()) == b * p:
+            self.allowed = None  # nothing to mask: no mask reaches the kernel
         flat = [s for r in slots for s in r]
         if len(flat) != int(self._rows.numel()):
             raise ValueError(f"{len(flat)} slots given for {int(self._rows.numel())} valid prefix tokens")
@@ -86,7 +109,7 @@ class PagedPrefillView:
         return k, v
 
 
-class PagedExtendView:
+class PagedExtendView(ViewBase):
     """Causal extension of ``B`` sequences by ``[B, T]`` tokens (text decode or prompt tokens).
 
     Args:
@@ -131,7 +154,7 @@ class PagedExtendView:
         return self.pool.gather(layer, self._read)
 
 
-class PagedDecodeView:
+class PagedDecodeView(ViewBase):
     """One decode step (one new token per row) over fixed slot rows — the cheap per-step view.
 
     Args:

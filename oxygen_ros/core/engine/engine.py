@@ -12,6 +12,7 @@ threads (ROS callbacks); ``step`` runs in one inference thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Callable
@@ -20,39 +21,19 @@ import numpy as np
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
-from ..config import ConfigError, EngineConfig
+from ..cache.sizing import size_for
+from ..config import EngineConfig
 from ..policy import Pi05Policy, frame_noise
 from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
+from .faults import FaultLog
 from .lifecycle import RequestBook
+from .frame import FramePrefix
+from .plan import FramePlan
 from .requests import FrameResult, LanguageRequest, RequestStatus
-from .runner import FramePrefix, Runner
+from .runner import Runner
 from .scheduler import Scheduler
 from .streams import DeviceStreams
-
-
-def pool_blocks(policy: Pi05Policy, cfg: EngineConfig) -> int:
-    """Pool size in blocks from ``kv_blocks`` / ``kv_memory_mb`` / automatic sizing.
-
-    Raises:
-        ConfigError: the pool cannot hold two frame prefixes (the current one and the reserve).
-    """
-    mc = policy.cfg
-    per_block = KVPool.bytes_per_block(mc.vlm.depth, cfg.block_size, mc.vlm.num_kv_heads, mc.vlm.head_dim,
-                                       policy.model.dtype)
-    prefix_blocks = -(-mc.max_prefix_len // cfg.block_size)
-    if cfg.kv_blocks:
-        n = cfg.kv_blocks
-    elif cfg.kv_memory_mb:
-        n = int(cfg.kv_memory_mb * 2**20) // per_block
-    else:
-        longest = max((t.max_new_tokens for t in cfg.tasks), default=32) + 64
-        per_req = -(-longest // cfg.block_size) + (prefix_blocks if cfg.mode == "isolated" else 0)
-        n = 2 * prefix_blocks + cfg.max_running_requests * per_req
-    if n < 2 * prefix_blocks:
-        raise ConfigError(f"engine.kv_blocks={n} is invalid: must be >= {2 * prefix_blocks} "
-                          f"(two prefixes of {mc.max_prefix_len} tokens at block_size {cfg.block_size})")
-    return n
 
 
 class Engine:
@@ -62,12 +43,17 @@ class Engine:
         self.cfg = (cfg or EngineConfig()).validate()
         self.policy = policy
         mc = policy.cfg
-        self.pool = KVPool(mc.vlm.depth, pool_blocks(policy, self.cfg), self.cfg.block_size, mc.vlm.num_kv_heads,
+        self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
+        if not self.cfg.max_running_requests:  # auto: as many as the pool holds in flight
+            self.cfg = dataclasses.replace(self.cfg, max_running_requests=max(1, self.pool_plan.sustained))
+        self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
-        self.runner = Runner(policy, self.pool, self.streams)
+        self.runner = Runner(policy, self.pool, self.streams, self.cfg)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
+        self.faults = FaultLog(policy.model.device)
+        self.book.faults = self.faults
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
         self.frame_id = 0
         self.dropped_observations = 0
@@ -75,6 +61,8 @@ class Engine:
         self._obs: Observation | None = None
         self._new: list[LanguageRequest] = []
         self._cancels: set[int] = set()
+        self.ready = False  # set by warmup(): every hot-path shape ran once (compiled if enabled)
+        self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
     def submit_observation(self, obs: Observation) -> None:
@@ -87,6 +75,9 @@ class Engine:
                        stop_ids: tuple[int, ...] = ()) -> int:
         """Queue a language request of ``task`` (template and defaults from the task config).
 
+        A request whose budget can never fit the pool beside the action path is rejected here
+        (status REJECTED with the reason, delivered in the next frame's ``ended``).
+
         Returns:
             The request id (its deltas and result carry it).
 
@@ -94,6 +85,9 @@ class Engine:
             KeyError: unknown task; ValueError: bad ``max_new_tokens`` / sampling parameters.
         """
         r = self.book.new_request(task, text, max_new_tokens, temperature, top_k, seed, stop_ids)
+        reason = self.scheduler.submission_check(r)
+        if reason is not None:  # can never fit: rejected now, reported in the next frame's ``ended``
+            r.status, r.reason = RequestStatus.REJECTED, reason
         with self._lock:
             self._new.append(r)
         return r.id
@@ -120,66 +114,114 @@ class Engine:
 
     # ------------------------------------------------------------------ one frame
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
-        """Run one control frame (see module doc). Never raises for bad input: a bad observation
-        gives ``action=None`` with ``error`` set and is counted in ``dropped_observations``."""
+        """Run one control frame (see module doc). Never raises: a bad observation gives
+        ``action=None`` with ``error`` set and is counted in ``dropped_observations``; an exception
+        in a stage is contained (:mod:`.faults`) — the chunk is dropped with the reason, or the
+        requests the failing step touched end as FAILED with blocks released; ``faults`` lists it."""
         t0 = time.perf_counter()
         self.pool.blocks.reclaim(self.streams.is_done)
         obs, new, cancels = self._drain()
-        self.book.begin_frame()
-        self.book.enqueue(new)
-        self.book.cancel(cancels)
         fid = self.frame_id
+        self.book.begin_frame()
+        self.faults.begin_frame(fid)
+        plan = FramePlan(fid)
         m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
-        action, error, prefix, enc = None, None, None, None
-        if obs is not None:
-            self.frame_id += 1
-            self.book.periodic(fid)
-            try:
-                enc = self.policy.encode_observation(obs)
-            except InvalidInputError as e:
-                error = f"observation dropped: {e}"
-                self.dropped_observations += 1
-        if enc is not None:
-            with self.streams.action():
-                prefix = self.runner.prefill(enc, fid, BlockTable(self.pool.blocks))
-                m.vision, m.prefill = prefix.stage_times["vision"], prefix.stage_times["prefill"]
-                t1 = time.perf_counter()
-                try:
-                    noise = frame_noise(self.cfg.seed, fid, self.policy.cfg.action_horizon, self.policy.cfg.action_dim)
-                    act = self.runner.actions(prefix, noise, self.num_steps)
-                    action = ActionChunk(actions=act, stamp=obs.stamp, frame_id=fid)
-                except NonFiniteActionError as e:
-                    error = f"action chunk dropped: {e}"
-                    self.dropped_observations += 1
-                self.streams.sync()
-                m.denoise = time.perf_counter() - t1
-            if action is not None and on_action is not None:
-                on_action(action)
-            self._start_requests(obs, enc, prefix, m)
-        self._decode(m, t0)
-        if prefix is not None:
-            self.pool.blocks.free(prefix.blocks, self.streams.fence())
+        self._prefix: FramePrefix | None = None
+        try:
+            action, error = self._frame(obs, new, cancels, m, plan, t0, on_action)
+        except Exception as e:  # outside any guarded stage (a bug): fail what is running, go on
+            live = [r for r in self.scheduler.running if not r.status.terminal]
+            f = self.faults.record("frame", e, [r.id for r in live])
+            self.book.fail(live, f"failed in frame: {f.error}")
+            action, error = None, f"frame failed: {f.error}"
+        if self._prefix is not None:
+            self.pool.blocks.free(self._prefix.blocks, self.streams.fence())
+            self._prefix = None
         self.scheduler.drop_terminal()
         m.frame_time = time.perf_counter() - t0
         m.bookkeeping = max(0.0, m.frame_time - m.vision - m.prefill - m.denoise - m.decode - m.extra.get("start", 0.0))
         m.blocks_in_use = self.pool.blocks.num_in_use
         m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
         deltas, ended = self.book.end_frame()
+        plan.finished = [e.id for e in ended]
         m.tokens_emitted = self.book.tokens_this_frame
-        return FrameResult(fid, action, deltas, ended, m, error)
+        return FrameResult(fid, action, deltas, ended, m, error, plan, list(self.faults.frame))
 
-    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics) -> None:
+    def _drop(self, what: str, reason: str) -> str:
+        self.dropped_observations += 1
+        return f"{what} dropped: {reason}"
+
+    def _frame(self, obs, new, cancels, m: FrameMetrics, plan: FramePlan, t0: float, on_action) -> tuple[ActionChunk | None, str | None]:
+        self.book.enqueue(new)
+        self.book.cancel(cancels)
+        self.book.expire()
+        fid = self.frame_id
+        action, error, enc = None, None, None
+        if obs is not None:
+            self.frame_id += 1
+            self.book.periodic(fid)
+            with self.faults.guard("observation") as g:
+                try:
+                    enc = self.policy.encode_observation(obs)
+                except InvalidInputError as e:
+                    error = self._drop("observation", str(e))
+            if g.fault:
+                error = self._drop("observation", f"failed in observation: {g.fault.error}")
+        if enc is not None:
+            with self.streams.action():
+                with self.faults.guard("prefill") as g:
+                    self._prefix = self._prefill(enc, fid)
+                    m.vision, m.prefill = self._prefix.stage_times["vision"], self._prefix.stage_times["prefill"]
+                if g.fault:
+                    error = self._drop("action chunk", f"failed in prefill: {g.fault.error}")
+                else:
+                    action, error = self._act(obs, fid, m)
+            if action is not None and on_action is not None:
+                with self.faults.guard("action_callback"):
+                    on_action(action)
+            if self._prefix is not None:
+                self._start_requests(obs, enc, self._prefix, m, plan)
+        self._decode(m, t0, plan)
+        return action, error
+
+    def _act(self, obs: Observation, fid: int, m: FrameMetrics) -> tuple[ActionChunk | None, str | None]:
+        """Guarded denoise over the frame's prefix: the chunk, or ``None`` and the drop reason."""
+        t1 = time.perf_counter()
+        action, error = None, None
+        with self.faults.guard("denoise") as g:
+            try:
+                noise = frame_noise(self.cfg.seed, fid, self.policy.cfg.action_horizon, self.policy.cfg.action_dim)
+                act = self.runner.actions(self._prefix, noise, self.num_steps)
+                action = ActionChunk(actions=act, stamp=obs.stamp, frame_id=fid)
+            except NonFiniteActionError as e:
+                error = self._drop("action chunk", str(e))
+            self.streams.sync()
+        if g.fault:
+            error = self._drop("action chunk", f"failed in denoise: {g.fault.error}")
+        m.denoise = time.perf_counter() - t1
+        return action, error
+
+    def _prefill(self, enc, frame_id: int) -> FramePrefix:
+        """Prefill into fresh blocks; if it raises, the blocks it took are released first."""
+        table = BlockTable(self.pool.blocks)
+        try:
+            return self.runner.prefill(enc, frame_id, table)
+        except BaseException:
+            table.release(self.streams.fence())
+            raise
+
+    def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics, plan: FramePlan) -> None:
         t = time.perf_counter()
         self.book.prepare_prompts(obs.instruction)
-        admitted, rejected = self.scheduler.admit(prefix.length)
+        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
         self.book.rejected(rejected)
         if not admitted:
             return
         staged = m.vision + m.prefill + m.decode  # model time spent inside this call is not "start"
-        with self.streams.decode():
+        with self.streams.decode(), self.faults.guard("start", [r.id for r in admitted]) as g:
             for r in admitted:
                 if self.cfg.mode == "isolated":
-                    own_prefix = self.runner.prefill(enc, prefix.frame_id, BlockTable(self.pool.blocks))
+                    own_prefix = self._prefill(enc, prefix.frame_id)
                     m.vision += own_prefix.stage_times["vision"]
                     m.prefill += own_prefix.stage_times["prefill"]
                     self.book.attach(r, own_prefix, shared=False)
@@ -193,61 +235,81 @@ class Engine:
             else:
                 self.book.accept(admitted, *self.runner.start(admitted))
             self.streams.sync()
+        if g.fault:  # attached ones release their blocks; unattached ones had reserved nothing
+            self.book.fail(admitted, f"failed in start: {g.fault.error}")
         m.extra["start"] = time.perf_counter() - t - (m.vision + m.prefill + m.decode - staged)
 
-    def _decode_once(self, batch: list[LanguageRequest], m: FrameMetrics) -> None:
+    def _decode_once(self, batch: list[LanguageRequest], m: FrameMetrics) -> bool:
+        """One guarded decode step of ``batch``; False if it failed (the batch then ended FAILED)."""
         t = time.perf_counter()
-        toks, oks = self.runner.decode(batch)
-        self.streams.sync()
+        with self.faults.guard("decode", [r.id for r in batch]) as g:
+            toks, oks = self.runner.decode(batch)
+            self.streams.sync()
         dt = time.perf_counter() - t
-        self.scheduler.costs.update(len(batch), dt)
         m.decode += dt
         m.decode_steps += 1
         m.decode_batch = max(m.decode_batch, len(batch))
+        if g.fault:
+            self.book.fail(batch, f"failed in decode: {g.fault.error}")
+            return False
+        self.scheduler.costs.update(len(batch), dt)
         self.book.accept(batch, toks, oks)
+        return True
 
-    def _decode(self, m: FrameMetrics, t0: float) -> None:
-        mode = self.cfg.mode
-        if mode == "isolated":
-            return
+    def _decode(self, m: FrameMetrics, t0: float, plan: FramePlan) -> None:
         left = None
         if self.cfg.frame_deadline_s > 0:
             left = self.cfg.frame_deadline_s - (time.perf_counter() - t0)
-        steps = self.scheduler.decode_steps(left) if mode == "unified" else 1 << 30
+        self.scheduler.plan_decode(plan, left)
         with self.streams.decode():
-            for _ in range(steps):
+            for _ in range(plan.decode_steps):
                 self.book.cancel(self._drain_cancels())
-                batch = [r for r in self.scheduler.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
-                if not batch:
+                batch = self.scheduler.decode_batch()
+                if not batch or not self._decode_once(batch, m):
                     break
-                self._decode_once(batch, m)
 
-    def warmup(self, frames: int = 1) -> None:
-        """Run ``frames`` throw-away frames on a blank observation (first-call allocations, kernel
-        selection) so the first real frame is not slow. Leaves no trace: frame ids restart at 0
-        and nothing is queued or held. Call before submitting anything."""
+    def warmup(self, frames: int = 1) -> float:
+        """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
+        frame per camera count (vision / prefill / denoise buckets), one decode step per batch
+        bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
+        frames. With ``compile`` this is where every graph is compiled / captured.
+
+        Leaves no trace: frame ids restart at 0 and nothing is queued or held. Call before
+        submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        apart from steady-state frame times).
+        """
+        t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
-        blank = {slots[0]: np.zeros((size, size, 3), np.uint8)}
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        for _ in range(frames):
-            self.submit_observation(Observation(images=blank, state=state, instruction="warm up"))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in range(1, len(slots) + 1)]
+        if not self.runner.static:
+            blanks = blanks[-1:]
+        for images in blanks + [blanks[-1]] * max(frames - 1, 0):
+            self.submit_observation(Observation(images=images, state=state, instruction="warm up"))
             self.step()
+        self.runner.warm_decode_buckets()
+        self.streams.sync()
         self.frame_id = 0
+        self.warmup_s = time.perf_counter() - t0
+        self.ready = True
+        return self.warmup_s
+
+    def diagnostics(self) -> dict[str, object]:
+        """Readiness and compilation state for ``/diagnostics``: ``ready``, ``warmup_s``,
+        ``compile`` mode, the stages running compiled, and any eager fallback with its reason."""
+        out: dict[str, object] = {"ready": self.ready, "warmup_s": round(self.warmup_s, 3),
+                                  "compile": self.cfg.compile, "attention": "flex" if self.runner.flex else "gather"}
+        out["compiled_stages"] = ",".join(st.name for st in self.runner.stages if st.compiled) or "none"
+        for st in self.runner.stages:
+            if st.fallback_reason:
+                out[f"fallback_{st.name}"] = st.fallback_reason
+        return out
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:
-        """Raise ``AssertionError``/``BlockPoolError`` unless the pool is consistent: free + in-use
-        = total, and every reference is held by a running request (none leaked by frames)."""
-        self.pool.blocks.check()
-        expected = [0] * self.pool.blocks.num_blocks
-        for r in self.scheduler.running:
-            if r.status.terminal:
-                continue
-            for b in r.runtime["prefix"].blocks + r.runtime["table"].blocks:
-                expected[b] += 1
-        actual = [self.pool.blocks.refcount(b) for b in range(self.pool.blocks.num_blocks)]
-        assert expected == actual, "KV block references do not match the running requests"
+        """Raise unless the pool is consistent (:meth:`RequestBook.check_invariants`)."""
+        self.book.check_invariants()
 
     @property
     def queued(self) -> int:
@@ -270,4 +332,4 @@ class Engine:
         return self.book.end_frame()[1]
 
 
-__all__ = ["Engine", "pool_blocks"]
+__all__ = ["Engine"]

@@ -9,20 +9,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
 from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
+from .frame import FramePrefix, RequestState
 from .requests import LanguageRequest, RequestResult, RequestStatus
 
 if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
     from ..config import EngineConfig
     from ..policy import Pi05Policy
-    from .runner import FramePrefix
+    from .faults import FaultLog
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
@@ -44,6 +43,7 @@ class RequestBook:
         self.tokens_this_frame = 0
         self.rejected_total = 0
         self.failed_total = 0
+        self.faults: "FaultLog | None" = None  # set by the engine: contained faults are counted there
 
     # ------------------------------------------------------------------ creation
     def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
@@ -55,13 +55,15 @@ class RequestBook:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
         params = SamplingParams(t.temperature if temperature is None else temperature,
                                 t.top_k if top_k is None else top_k, seed).validate()
+        if params.top_k > self.cfg.max_top_k:
+            raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={self.cfg.max_top_k}")
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         rid = self._next_id
         self._next_id += 1
         r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
                             top_k=params.top_k, seed=seed, stop_ids=tuple(int(s) for s in stop_ids),
-                            t_submit=time.perf_counter())
+                            t_submit=time.perf_counter(), sample_key=params.key())
         self._live[rid] = r
         return r
 
@@ -70,9 +72,9 @@ class RequestBook:
         return rid in self._live
 
     def enqueue(self, reqs: list[LanguageRequest]) -> None:
-        """Queue new requests; a full queue rejects with a reason."""
+        """Queue new requests; one rejected at submission ends now, a full queue rejects too."""
         for r in reqs:
-            reason = self.scheduler.enqueue(r)
+            reason = r.reason if r.status == RequestStatus.REJECTED else self.scheduler.enqueue(r)
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
@@ -96,15 +98,23 @@ class RequestBook:
                 keep.append(r)
             except (KeyError, ValueError) as e:
                 self._end(r, RequestStatus.REJECTED, f"bad prompt: {e}")
+            except Exception as e:  # a tokenizer bug: contained, this request fails
+                if self.faults is None:
+                    raise
+                self.fail([r], f"failed in prompt: {self.faults.record('prompt', e, (r.id,)).error}")
         sched.queue.clear()
         sched.queue.extend(keep)
+
+    def expire(self) -> None:
+        """End queued requests older than ``max_queue_wait_s`` (rejected, reason "expired ...")."""
+        self.rejected(self.scheduler.expire(time.perf_counter()))
 
     def rejected(self, reqs: list[LanguageRequest]) -> None:
         """Record requests the scheduler rejected (status and reason already set)."""
         for r in reqs:
             self._end(r, RequestStatus.REJECTED, r.reason)
 
-    def attach(self, r: LanguageRequest, prefix: "FramePrefix", shared: bool) -> None:
+    def attach(self, r: LanguageRequest, prefix: FramePrefix, shared: bool) -> None:
         """Start ``r`` on ``prefix``: take a reference (shared) or own it (private copy), reserve
         its own blocks for prompt + ``max_new_tokens``."""
         pool = self.pool.blocks
@@ -112,9 +122,7 @@ class RequestBook:
             pool.incref(prefix.blocks)
         table = BlockTable(pool)
         table.reserve(len(r.prompt_ids) + r.max_new_tokens)
-        r.runtime.update(prefix=prefix, table=table,
-                         detok=IncrementalDetokenizer(self.policy.tokenizer),
-                         generator=torch.Generator().manual_seed(r.seed) if r.seed is not None else None)
+        r.state = RequestState(prefix, table, IncrementalDetokenizer(self.policy.tokenizer))
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
         self.scheduler.running.append(r)
@@ -122,34 +130,53 @@ class RequestBook:
     # ------------------------------------------------------------------ tokens
     def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:
         """Apply one sampled token per request: emit a delta, or finish on EOS/stop/length, or fail
-        on a non-finite distribution."""
-        eos = self.policy.eos_id
+        on a non-finite distribution. An exception while detokenising one request fails that
+        request only (counted as a ``detokenize`` fault)."""
         now = time.perf_counter()
         for r, t, ok in zip(reqs, toks, oks):
             if r.status != RequestStatus.RUNNING:
                 continue
             if not ok:
+                if self.faults is not None:
+                    self.faults.count("non_finite_logits")
+                self.fail([r], "non-finite token distribution")
+                continue
+            try:
+                self._accept_one(r, t, now)
+            except Exception as e:
+                if self.faults is None:
+                    raise
+                self.fail([r], f"failed in detokenize: {self.faults.record('detokenize', e, (r.id,)).error}")
+
+    def _accept_one(self, r: LanguageRequest, t: int, now: float) -> None:
+        eos = self.policy.eos_id
+        if r.t_first_token is None:
+            r.t_first_token = now
+        if t == eos or t in r.stop_ids:
+            self._finish(r, "eos" if t == eos else "stop")
+            return
+        piece = r.state.detok.push(t)
+        r.output_ids.append(t)
+        self.tokens_this_frame += 1
+        if piece:
+            r.output_text += piece
+            self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
+        if len(r.output_ids) >= r.max_new_tokens:
+            self._finish(r, "length")
+        else:
+            r.pending = t
+
+    def fail(self, reqs: list[LanguageRequest], reason: str) -> None:
+        """End the live ones of ``reqs`` as FAILED with ``reason`` (blocks released now)."""
+        for r in reqs:
+            if not r.status.terminal:
+                if r in self.scheduler.queue:
+                    self.scheduler.queue.remove(r)
                 self.failed_total += 1
-                self._end(r, RequestStatus.FAILED, "non-finite token distribution")
-                continue
-            if r.t_first_token is None:
-                r.t_first_token = now
-            if t == eos or t in r.stop_ids:
-                self._finish(r, "eos" if t == eos else "stop")
-                continue
-            r.output_ids.append(t)
-            self.tokens_this_frame += 1
-            piece = r.runtime["detok"].push(t)
-            if piece:
-                r.output_text += piece
-                self._deltas.append(TextDelta(r.id, r.task, piece, r.frame_id))
-            if len(r.output_ids) >= r.max_new_tokens:
-                self._finish(r, "length")
-            else:
-                r.pending = t
+                self._end(r, RequestStatus.FAILED, reason)
 
     def _finish(self, r: LanguageRequest, reason: str) -> None:
-        rest = r.runtime["detok"].flush()
+        rest = r.state.detok.flush()
         r.output_text += rest
         self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
         self._end(r, RequestStatus.FINISHED, reason)
@@ -173,14 +200,26 @@ class RequestBook:
         r.pending = -1
         if status == RequestStatus.REJECTED:
             self.rejected_total += 1
-        rt = r.runtime
-        if "table" in rt:
+        st, r.state = r.state, None
+        if st is not None:
             fence = self.streams.fence()
-            rt.pop("table").release(fence)
-            self.pool.blocks.free(rt.pop("prefix").blocks, fence)
-        rt.clear()
+            st.table.release(fence)
+            self.pool.blocks.free(st.prefix.blocks, fence)
         self._live.pop(r.id, None)
         self._ended.append(RequestResult.of(r))
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError``/``BlockPoolError`` unless the pool is consistent: free + in-use
+        = total, and every reference is held by a running request (none leaked by frames)."""
+        blocks = self.pool.blocks
+        blocks.check()
+        expected = [0] * blocks.num_blocks
+        for r in self.scheduler.running:
+            if not r.status.terminal:
+                for b in r.state.blocks_held():
+                    expected[b] += 1
+        actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
+        assert expected == actual, "KV block references do not match the running requests"
 
     # ------------------------------------------------------------------ frames
     def begin_frame(self) -> None:

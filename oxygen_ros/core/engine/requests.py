@@ -1,12 +1,17 @@
-"""Language request state and the per-frame results the engine returns (plain Python)."""
+"""Language requests and the per-frame results the engine returns (plain Python; the typed KV
+state of a running request lives in :class:`~.frame.RequestState`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..types import ActionChunk, FrameMetrics, TextDelta
+from .plan import FramePlan
+
+if TYPE_CHECKING:  # frame.py holds torch tensors; it never imports this module
+    from .frame import RequestState
 
 
 class RequestStatus(IntEnum):
@@ -36,12 +41,15 @@ class LanguageRequest:
         id: engine-unique id; task: task name; text: the ask (may be empty).
         prompt: the filled template appended after the frame prefix (set at admission).
         prompt_ids: its token ids (no BOS).
+        sample_key: key of its counter-based sampling noise (the seed, or drawn at creation; see
+            :mod:`~oxygen_ros.core.model.sampling`).
         max_new_tokens: token budget; stop_ids: ids that end the request (EOS always does).
         frame_id: the control frame whose prefix it continues (set at admission).
         output_ids: generated tokens so far (stop token excluded).
         pending: the last sampled token, not yet fed to the model (-1 when none).
         reason: finish / reject / failure reason text.
-        runtime: engine-private handles (block tables, detokenizer, RNG) — not part of the API.
+        overtaken: times later requests were admitted while it waited (admission aging).
+        state: engine-private KV/decoding state while RUNNING (:class:`RequestState`), else ``None``.
     """
 
     id: int
@@ -51,6 +59,7 @@ class LanguageRequest:
     temperature: float = 0.0
     top_k: int = 0
     seed: int | None = None
+    sample_key: int = 0
     stop_ids: tuple[int, ...] = ()
     status: RequestStatus = RequestStatus.QUEUED
     prompt: str = ""
@@ -61,10 +70,11 @@ class LanguageRequest:
     pending: int = -1
     reason: str = ""
     cancel_requested: bool = False
+    overtaken: int = 0
     t_submit: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
-    runtime: dict[str, Any] = field(default_factory=dict)
+    state: "RequestState | None" = None
 
     @property
     def remaining(self) -> int:
@@ -99,7 +109,9 @@ class FrameResult:
     """Everything one control frame produced.
 
     ``action`` is ``None`` only when no observation was available or the frame's input was bad
-    (``error`` says why); language work still advances in such a frame.
+    (``error`` says why); language work still advances in such a frame. ``plan`` is the
+    scheduler's :class:`~.plan.FramePlan` of the frame (admitted / decoding / finished ids);
+    ``faults`` the exceptions contained this frame (:class:`~.faults.Fault`: stage, error, requests).
     """
 
     frame_id: int
@@ -108,3 +120,5 @@ class FrameResult:
     ended: list[RequestResult]
     metrics: FrameMetrics
     error: str | None = None
+    plan: FramePlan | None = None
+    faults: list[Any] = field(default_factory=list)

@@ -1,65 +1,70 @@
 """Turns the engine's plans into tensor work on the paged K/V pool.
 
-Prefill of a frame prefix into pool blocks, the action path over the read-only prefix, the
-prompt extension of newly admitted language requests, and one batched decode step over any set of
-requests — each row at its own position and length, reading its own block tables (no K/V is
-copied when requests join or leave a batch).
+Prefill of a frame prefix into pool blocks (padded to its camera-count bucket), the action path
+over the read-only prefix (S steps, frame constants precomputed), the prompt extension of newly
+admitted language requests, and one batched decode step over any set of requests — each row at its
+own position and length, reading its own block table (no K/V is copied when requests join or leave
+a batch; with FlexAttention none is gathered per step either). Hot-path stages run through
+:class:`~.compiled.Stage` (eager or ``torch.compile``); step tensors come from
+:class:`~.step_buffers.StepBuffers`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..cache.block_pool import BlockTable
-from ..cache.kv_pool import KVPool, PagedDecodeView, PagedExtendView, PagedPrefillView, paged_denoise_view
-from ..model.sampling import SamplingParams, sample_rows
+from ..cache.kv_pool import KVPool, PagedExtendView
+from ..config import EngineConfig
+from ..model.sampling import sample_batch
 from ..policy import EncodedObservation, Pi05Policy
+from .compiled import Stage
+from .frame import FramePrefix
 from .requests import LanguageRequest
+from .step_buffers import DecodeBatch, StepBuffers
+from .steps import decode_tokens, denoise_actions, prefill_prefix
 from .streams import DeviceStreams
 
+__all__ = ["Runner", "FramePrefix"]
 
-@dataclass
-class FramePrefix:
-    """A prefilled observation prefix held in pool blocks.
-
-    ``blocks`` carry one reference for the frame itself plus one per language request using it.
-    ``slots[i]`` is the pool slot of the token at position ``i`` (``slot_tensor``: the same as a
-    CPU int64 tensor); ``last_hidden`` is ``[1, W]``.
-    """
-
-    frame_id: int
-    blocks: list[int]
-    slots: list[int]
-    last_hidden: torch.Tensor
-    stage_times: dict[str, float] = field(default_factory=dict)
-    slot_tensor: torch.Tensor = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.slot_tensor = torch.as_tensor(self.slots, dtype=torch.long)  # built once, shared
-
-    @property
-    def length(self) -> int:
-        """Valid prefix tokens."""
-        return len(self.slots)
 
 class Runner:
     """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
 
-    DECODE_SLACK = 16  # spare columns of a stacked decode batch (steps before it is rebuilt)
-
-    def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams) -> None:
+    def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams,
+                 cfg: EngineConfig | None = None) -> None:
+        self.cfg = cfg = (cfg or EngineConfig()).validate()
         self.policy = policy
-        self.model = policy.model
+        self.model = m = policy.model
         self.pool = pool
         self.streams = streams
-        self._plan: tuple[tuple[int, ...], torch.Tensor, int] | None = None  # decode rows of the batch
+        self.static = cfg.static_shapes
+        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none")
+        mc = policy.cfg
+        width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
+        self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)
+        cams = len(mc.image_slots)
+        mode = cfg.compile
+        self.vision = Stage("vision", lambda px: m.vision(px).to(m.dtype), mode, cams)
+        self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams)
+        self.denoise_stage = Stage("denoise", lambda *a: denoise_actions(m, *a), mode, cams)
+        self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets))
+        self._conds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def stages(self) -> list[Stage]:
+        """The hot-path stages (for diagnostics: compiled or not, fallback reasons)."""
+        return [self.vision, self.prefill_stage, self.denoise_stage, self.decode_stage]
 
     # ------------------------------------------------------------------ prefix
+    def prefix_bucket(self, cameras: int, prompt_tokens: int) -> int:
+        """Padded prefix length: ``cameras * N + max_token_len`` (exact length without static shapes)."""
+        mc = self.policy.cfg
+        return cameras * mc.vision.num_tokens + (mc.max_token_len if self.static else prompt_tokens)
+
     @torch.inference_mode()
     def prefill(self, enc: EncodedObservation, frame_id: int, table: BlockTable) -> FramePrefix:
         """Prefill ``enc`` into ``table`` (which must be empty; blocks are allocated here).
@@ -67,72 +72,87 @@ class Runner:
         Raises:
             PoolExhausted: not enough free blocks (the scheduler's reserve prevents this).
         """
-        m = self.model
+        m, dev = self.model, self.model.device
         t0 = time.perf_counter()
-        img = m.embed_images(enc.pixels, enc.image_masks)
+        cams = [i for i, on in enumerate(enc.image_masks[0].tolist()) if on]
+        if cams:
+            img = self.vision(enc.pixels[0, cams].to(dev))
+            img = img.reshape(1, -1, img.shape[-1])
+        else:
+            img = torch.zeros(1, 0, self.policy.cfg.vlm.width, dtype=m.dtype, device=dev)
         self.streams.sync()
         t1 = time.perf_counter()
-        emb, valid = m.embed_prefix(enc.pixels, enc.image_masks, enc.tokens, enc.token_masks, image_embeds=img)
-        slots = table.append(int(valid.sum()))
-        hidden = m.prefill(emb, valid, PagedPrefillView(self.pool, valid, [slots]))
+        ids = enc.tokens[0][enc.token_masks[0]]
+        n_txt = int(ids.numel())
+        bucket = self.prefix_bucket(len(cams), n_txt)
+        tok = torch.zeros(1, bucket - img.shape[1], dtype=torch.long)
+        tok[0, :n_txt] = ids
+        n = img.shape[1] + n_txt
+        slots = table.append(n)
+        slot_row = torch.full((1, bucket), self.pool.null_slot, dtype=torch.long)
+        slot_row[0, :n] = torch.as_tensor(slots, dtype=torch.long)
+        hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, tok.to(dev),
+                                    slot_row.to(dev), torch.tensor([n], device=dev), bucket > n)
         self.streams.sync()
         t2 = time.perf_counter()
         return FramePrefix(frame_id, list(table.blocks), list(slots), hidden,
-                           {"vision": t1 - t0, "prefill": t2 - t1})
+                           {"vision": t1 - t0, "prefill": t2 - t1}, bucket=bucket)
 
     # ------------------------------------------------------------------ actions
+    def time_conditions(self, num_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """adaRMS conditions ``[S, 1, W]`` and ``dt`` of the S steps (built once per engine)."""
+        if num_steps not in self._conds:
+            with torch.inference_mode():
+                self._conds[num_steps] = self.model.time_conditions(num_steps, 1)
+        return self._conds[num_steps]
+
     @torch.inference_mode()
+    def actions_normalized(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> torch.Tensor:
+        """``[1, H, action_dim]`` float32 normalised actions over the read-only prefix."""
+        dev = self.pool.device
+        read = torch.full((1, prefix.bucket), self.pool.null_slot, dtype=torch.long)
+        read[0, : prefix.length] = prefix.slot_tensor
+        conds, dt = self.time_conditions(num_steps)
+        args = (self.pool.k, self.pool.v, self.pool.block_size, read.to(dev),
+                torch.tensor([prefix.length], device=dev), noise.to(device=dev, dtype=torch.float32), conds, dt,
+                prefix.bucket > prefix.length)
+        return self.denoise_stage.checked(lambda x: bool(torch.isfinite(x).all()), *args)
+
     def actions(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> np.ndarray:
         """Action chunk ``[H, robot_dim]`` (robot units) over the read-only prefix.
 
         Raises:
             NonFiniteActionError: the model produced NaN/inf.
         """
-        view = paged_denoise_view(self.pool, [prefix.slot_tensor], self.model.cfg.action_horizon)
-        x = self.model.sample_actions(view, noise.to(self.model.device), num_steps)
+        x = self.actions_normalized(prefix, noise, num_steps)
         return self.policy.normalizer.unnormalize_actions(x[0].float().cpu().numpy())
 
     # ------------------------------------------------------------------ text
-    @staticmethod
-    def _row(r: LanguageRequest) -> torch.Tensor:
-        """The request's slot row: its prefix slots, then every slot reserved for its own tokens
-        (all its blocks are reserved at admission). Built once per request; a batch step only
-        slices these rows, so joining or leaving a batch copies nothing."""
-        row = r.runtime.get("row")
-        if row is None:
-            table = r.runtime["table"]
-            own = torch.as_tensor([table.slot(j) for j in range(table.capacity)], dtype=torch.long)
-            row = r.runtime["row"] = torch.cat([r.runtime["prefix"].slot_tensor, own])
-        return row
-
     def _extend_view(self, reqs: list[LanguageRequest], counts: list[int], valid: torch.Tensor) -> PagedExtendView:
         """View appending ``counts[i]`` tokens to request ``i`` (claims the slots in its table)."""
-        rows = [self._row(r) for r in reqs]
-        past = [r.runtime["prefix"].length + r.runtime["table"].num_tokens for r in reqs]
-        for r, n in zip(reqs, counts):
-            r.runtime["table"].advance(n)  # within the blocks reserved at admission
-        lengths = [p + n for p, n in zip(past, counts)]
-        width = max(lengths)
-        read = torch.stack([row[:width] if row.numel() >= width else F.pad(row, (0, width - row.numel()))
-                            for row in rows])
-        new = torch.cat([row[p:p + n] for row, p, n in zip(rows, past, counts)])
-        return PagedExtendView(self.pool, read, torch.as_tensor(lengths), torch.as_tensor(past), new, valid)
+        states = [r.state for r in reqs]
+        past_slots = [st.prefix.slots + st.table.slots for st in states]
+        new_slots = [st.table.append(n) for st, n in zip(states, counts)]  # within the reserved blocks
+        return PagedExtendView.from_lists(self.pool, past_slots, new_slots, valid.to(self.pool.device))
 
     def _sample(self, reqs: list[LanguageRequest], logits: torch.Tensor) -> tuple[list[int], list[bool]]:
-        params = [SamplingParams(r.temperature, r.top_k, r.seed) for r in reqs]
-        gens = [r.runtime.get("generator") for r in reqs]
-        return sample_rows(logits, params, gens)
+        """On-device sampling of one token per request (counter = tokens emitted so far)."""
+        dev = logits.device
+        ids = sample_batch(
+            logits, torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=dev),
+            torch.tensor([r.top_k for r in reqs], device=dev), torch.tensor([r.sample_key for r in reqs], device=dev),
+            torch.tensor([len(r.output_ids) for r in reqs], device=dev), self.cfg.max_top_k,
+            greedy_only=all(r.temperature == 0 for r in reqs)).tolist()
+        return ids, [i >= 0 for i in ids]
 
     @torch.inference_mode()
     def start(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
-        """First token of newly admitted requests (each with ``runtime['prefix']`` and an own
-        ``runtime['table']`` already reserved).
+        """First token of newly admitted requests (each with its :class:`RequestState` attached).
 
         Requests with prompt ids run one batched causal extension over their prefix; the others
         take the LM head of their prefix's last valid hidden state (no forward).
         """
-        toks: dict[int, int] = {}
-        oks: dict[int, bool] = {}
+        toks: dict[int, tuple[int, bool]] = {}
         with_prompt = [r for r in reqs if r.prompt_ids]
         without = [r for r in reqs if not r.prompt_ids]
         if with_prompt:
@@ -144,36 +164,45 @@ class Runner:
                 valid[i, : len(r.prompt_ids)] = True
             view = self._extend_view(with_prompt, [len(r.prompt_ids) for r in with_prompt], valid)
             logits = self.model.decode_step(view, ids, valid.to(self.model.device))
-            t, ok = self._sample(with_prompt, logits)
-            for r, ti, oi in zip(with_prompt, t, ok):
-                toks[r.id], oks[r.id] = ti, oi
+            for r, t, ok in zip(with_prompt, *self._sample(with_prompt, logits)):
+                toks[r.id] = (t, ok)
         if without:
-            hidden = torch.cat([r.runtime["prefix"].last_hidden for r in without], 0)
-            t, ok = self._sample(without, self.model.logits(hidden))
-            for r, ti, oi in zip(without, t, ok):
-                toks[r.id], oks[r.id] = ti, oi
-        return [toks[r.id] for r in reqs], [oks[r.id] for r in reqs]
+            hidden = torch.cat([r.state.prefix.last_hidden for r in without], 0)
+            for r, t, ok in zip(without, *self._sample(without, self.model.logits(hidden))):
+                toks[r.id] = (t, ok)
+        return [toks[r.id][0] for r in reqs], [toks[r.id][1] for r in reqs]
+
+    def decode_args(self, batch: DecodeBatch) -> tuple:
+        """Arguments of the decode stage for ``batch`` (greedy-only shortcut only when eager, so
+        a compiled decode has one graph per bucket)."""
+        return (self.pool.k, self.pool.v, self.pool.block_size, self.flex, *batch.tensors(), self.cfg.max_top_k,
+                batch.greedy_only and not self.decode_stage.compiled)
 
     @torch.inference_mode()
     def decode(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
         """One batched decode step: feed each request's pending token, sample the next.
 
-        The batch's slot rows are stacked once and reused for the following steps while the
-        batch is unchanged (with ``DECODE_SLACK`` spare columns); a step then only computes the
-        new positions.
+        One host transfer of the ``B`` sampled ids. A compiled step that yields a non-finite row
+        the eager step does not is replaced by eager for good (diagnostic in ``stages``).
         """
-        ids = torch.as_tensor([[r.pending] for r in reqs], dtype=torch.long)
-        past = [r.runtime["prefix"].length + r.runtime["table"].num_tokens for r in reqs]
-        key = tuple(r.id for r in reqs)
-        if self._plan is None or self._plan[0] != key or max(past) >= self._plan[2]:
-            width = max(past) + 1 + self.DECODE_SLACK
-            rows = [self._row(r) for r in reqs]
-            read = torch.stack([row[:width] if row.numel() >= width else F.pad(row, (0, width - row.numel()))
-                                for row in rows]).to(self.pool.device)
-            self._plan = (key, read, width)
-        for r in reqs:
-            r.runtime["table"].advance(1)  # within the blocks reserved at admission
-        view = PagedDecodeView(self.pool, self._plan[1], torch.as_tensor(past))
-        valid = torch.ones(len(reqs), 1, dtype=torch.bool, device=self.model.device)
-        logits = self.model.decode_step(view, ids, valid)
-        return self._sample(reqs, logits)
+        states = [r.state for r in reqs]
+        batch = self.buffers.decode_batch(reqs, states)
+        for st in states:
+            st.table.advance(1)  # within the blocks reserved at admission
+        args = self.decode_args(batch)
+        ids = self.decode_stage(*args)[: batch.rows].tolist()
+        if self.decode_stage.compiled and min(ids) < 0:
+            ref = self.decode_stage.eager(*args)[: batch.rows].tolist()
+            if sum(i < 0 for i in ref) < sum(i < 0 for i in ids):
+                self.decode_stage.fall_back("compiled decode gave non-finite logits where eager did not")
+                ids = ref
+        return ids, [i >= 0 for i in ids]
+
+    @torch.inference_mode()
+    def warm_decode_buckets(self) -> list[int]:
+        """Run the decode stage once per batch bucket on padding rows only (no request, writes
+        only the null block) so every decode shape is compiled before the first real step."""
+        sizes = self.buffers.buckets if self.static else [1]
+        for b in sizes:
+            self.decode_stage(*self.decode_args(self.buffers.padding_batch(b)))
+        return sizes

@@ -3,19 +3,101 @@
 Admission reserves every block a request can ever need (its prompt plus ``max_new_tokens``, and in
 ``isolated`` mode its private prefix copy) when it starts, so an in-flight request never runs out
 of KV and is never evicted; and it always leaves room for the next frame's prefix, so the action
-path never waits for blocks. A request that could never fit is rejected with a reason; one that
-cannot fit yet waits in a bounded FIFO queue. The decode budget is a fixed ``k`` or, in adaptive
-mode, the number of steps that fit before the frame deadline according to measured step costs
-(OxyGen §4 fixes k offline; adapting it is ours).
+path never waits for blocks. No head-of-line waits (vLLM's scheduler is the reference for the
+first rule; the aging is ours):
+- a request that can never fit — more blocks than the pool holds beside the action path (the
+  current frame's prefix and the next frame's reserve), or wider than the block table — is
+  rejected with a reason: at submission when its budget alone is too large, else at its first
+  admission attempt;
+- one that cannot fit *now* stays queued and may be overtaken by later ones that fit; each
+  overtake ages it, and after ``max_overtakes`` it holds the queue (nothing behind it starts)
+  until running requests have freed enough blocks — so it is never starved;
+- the queue is bounded in length (``max_queued_requests``) and age (``max_queue_wait_s``: older
+  requests end as rejected, "expired").
+The decode budget is a fixed ``k`` or, in adaptive mode, the number of steps that fit before the
+frame deadline according to measured step costs (OxyGen §4 fixes k offline; adapting it is ours).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from ..cache.block_pool import BlockPool
 from ..config import EngineConfig
+from .plan import FramePlan
 from .requests import LanguageRequest, RequestStatus
+
+
+# ------------------------------------------------------------------ admission (pure functions)
+def never_fits_reason(need: int, capacity: int, pool_blocks: int, reserve: int, block_size: int) -> str:
+    """Rejection text for a request needing ``need`` blocks where at most ``capacity`` fit."""
+    return (f"request needs {need} KV blocks but at most {capacity} fit beside the action path "
+            f"(pool {pool_blocks} blocks of {block_size} tokens, minus {2 * reserve} for the frame prefix "
+            f"and the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens")
+
+
+def admit(queue: deque[LanguageRequest], need: Callable[[LanguageRequest], int], *, free: int, reserve: int,
+          slots: int, max_overtakes: int, never_fits: Callable[[LanguageRequest, int], str | None]
+          ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+    """Pick the queued requests that start now; remove them (and the rejected) from ``queue``.
+
+    Args:
+        queue: waiting requests, oldest first (edited in place: what stays is still queued).
+        need: blocks a request reserves at admission.
+        free: free blocks now; reserve: blocks that must stay free (next frame's prefix).
+        slots: how many more may run.
+        max_overtakes: overtakes a non-fitting request tolerates before it holds the queue.
+        never_fits: ``(request, need) -> reason`` if it can never run (too many blocks beside the
+            action path, or wider than the block table), else ``None``.
+
+    Returns:
+        ``(admitted in queue order, rejected)``; rejected requests have status and reason set.
+    """
+    admitted: list[LanguageRequest] = []
+    rejected: list[LanguageRequest] = []
+    waiting: list[LanguageRequest] = []  # did not fit now, ahead of later ones
+    held = False  # an aged request holds the queue
+    keep: deque[LanguageRequest] = deque()
+    for r in queue:
+        n = need(r)
+        reason = never_fits(r, n)
+        if reason is not None:
+            r.status, r.reason = RequestStatus.REJECTED, reason
+            rejected.append(r)
+            continue
+        if held or len(admitted) >= slots:
+            keep.append(r)
+            continue
+        if free - n >= reserve:
+            free -= n
+            admitted.append(r)
+            for w in waiting:
+                w.overtaken += 1
+            continue
+        keep.append(r)
+        if r.overtaken >= max_overtakes:
+            held = True
+        else:
+            waiting.append(r)
+    queue.clear()
+    queue.extend(keep)
+    return admitted, rejected
+
+
+def expire(queue: deque[LanguageRequest], now: float, max_wait_s: float) -> list[LanguageRequest]:
+    """Remove requests queued longer than ``max_wait_s`` seconds (``now``: ``time.perf_counter``
+    seconds); returns them with status REJECTED and an "expired" reason. ``max_wait_s <= 0``: none."""
+    if max_wait_s <= 0:
+        return []
+    gone = [r for r in queue if now - r.t_submit > max_wait_s]
+    for r in gone:
+        queue.remove(r)
+        r.status = RequestStatus.REJECTED
+        r.reason = (f"expired: waited {now - r.t_submit:.1f} s in the queue "
+                    f"(engine.max_queue_wait_s = {max_wait_s:g})")
+    return gone
+
 
 
 class StepCostModel:
@@ -45,20 +127,25 @@ class StepCostModel:
 
 
 class Scheduler:
-    """Queue + admission + budget decisions for the engine (one instance per engine)."""
+    """Queue + admission + budget decisions for the engine (one instance per engine).
+
+    The decode batch cap is ``cfg.max_running_requests`` (the engine resolves its 0 = auto).
+    """
 
     def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int) -> None:
         self.cfg = cfg
         self.pool = pool
         self.reserve = pool.blocks_for(max_prefix_tokens)
+        self.max_running = cfg.max_running_requests or 1
         self.queue: deque[LanguageRequest] = deque()
         self.running: list[LanguageRequest] = []
         self.costs = StepCostModel()
 
     @property
     def usable_blocks(self) -> int:
-        """Blocks a request may ever hold (the next frame's prefix reserve excluded)."""
-        return self.pool.num_blocks - self.reserve
+        """The most blocks one request may ever hold: the pool minus the current frame's prefix
+        and the next frame's reserve (both at the longest prefix)."""
+        return self.pool.num_blocks - 2 * self.reserve
 
     def need_blocks(self, r: LanguageRequest, prefix_tokens: int) -> int:
         """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated)."""
@@ -67,44 +154,69 @@ class Scheduler:
             return self.pool.blocks_for(prefix_tokens) + own
         return own
 
+    def _never_fits(self, r: LanguageRequest, need: int) -> str | None:
+        """Why ``r`` (reserving ``need`` blocks) can never run, else ``None``."""
+        own = len(r.prompt_ids) + r.max_new_tokens
+        if own > self.cfg.max_request_tokens:
+            return (f"request needs {own} tokens (prompt + max_new_tokens) but "
+                    f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
+        if need > self.usable_blocks:
+            return never_fits_reason(need, self.usable_blocks, self.pool.num_blocks, self.reserve,
+                                     self.pool.block_size)
+        return None
+
+    def submission_check(self, r: LanguageRequest) -> str | None:
+        """Reason to reject ``r`` at submission — its budget alone (prompt not yet known, longest
+        prefix assumed) can never fit — else ``None``."""
+        need = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
+        if self.cfg.mode == "isolated":
+            need += self.reserve
+        return self._never_fits(r, need)
+
     def enqueue(self, r: LanguageRequest) -> str | None:
         """Queue a new request; returns a rejection reason if the queue is full."""
         if len(self.queue) >= self.cfg.max_queued_requests:
-            return f"queue full ({self.cfg.max_queued_requests} requests waiting)"
+            return f"queue full ({self.cfg.max_queued_requests} requests waiting, engine.max_queued_requests)"
         self.queue.append(r)
         return None
 
-    def admit(self, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
-        """Decide which queued requests start now on a prefix of ``prefix_tokens`` tokens.
+    def expire(self, now: float) -> list[LanguageRequest]:
+        """Queued requests older than ``max_queue_wait_s`` (removed, status and reason set)."""
+        return expire(self.queue, now, self.cfg.max_queue_wait_s)
 
-        FIFO: the first request that does not fit yet blocks the ones behind it (no starvation of
-        long requests). Requests that can never fit are rejected (status and reason set here).
+    def admit(self, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+        """Decide which queued requests start now on a prefix of ``prefix_tokens`` tokens (see
+        :mod:`.admission`: never-fits rejected, smaller ones may overtake, aging holds the queue).
 
         Returns:
             (admitted in order, rejected).
         """
-        admitted: list[LanguageRequest] = []
-        rejected: list[LanguageRequest] = []
-        free = self.pool.num_free
-        while self.queue:
-            r = self.queue[0]
-            need = self.need_blocks(r, prefix_tokens)
-            if need > self.usable_blocks:
-                self.queue.popleft()
-                r.status = RequestStatus.REJECTED
-                r.reason = (f"request needs {need} KV blocks but the pool has {self.usable_blocks} usable "
-                            f"(of {self.pool.num_blocks}, block_size {self.pool.block_size}); "
-                            f"raise kv_blocks or lower max_new_tokens")
-                rejected.append(r)
-                continue
-            if len(self.running) + len(admitted) >= self.cfg.max_running_requests:
-                break
-            if free - need < self.reserve:
-                break
-            free -= need
-            self.queue.popleft()
-            admitted.append(r)
+        running = sum(1 for r in self.running if not r.status.terminal)
+        return admit(self.queue, lambda r: self.need_blocks(r, prefix_tokens), free=self.pool.num_free,
+                     reserve=self.reserve, slots=max(0, self.max_running - running),
+                     max_overtakes=self.cfg.max_overtakes, never_fits=self._never_fits)
+
+    def plan_admission(self, plan: FramePlan, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+        """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
+        admitted, rejected = self.admit(prefix_tokens)
+        plan.admitted += [r.id for r in admitted]
+        plan.rejected += [r.id for r in rejected]
         return admitted, rejected
+
+    def plan_decode(self, plan: FramePlan, time_left_s: float | None) -> list[LanguageRequest]:
+        """Fill ``plan.decoding`` / ``plan.decode_steps`` for the decode phase (``unified``: the
+        budget of :meth:`decode_steps`; ``shared_kv``: until this frame's requests are done;
+        ``isolated``: none — its requests finished at admission). Returns the batch."""
+        batch = self.decode_batch()
+        plan.decoding = [r.id for r in batch]
+        mode = self.cfg.mode
+        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(time_left_s) if mode == "unified"
+                             else 1 << 30)
+        return batch
+
+    def decode_batch(self) -> list[LanguageRequest]:
+        """Running requests with a token to feed, in admission order (the decode batch)."""
+        return [r for r in self.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
 
     def decode_steps(self, time_left_s: float | None) -> int:
         """Decode steps for this frame in ``unified`` mode.

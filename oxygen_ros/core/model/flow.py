@@ -59,3 +59,21 @@ def euler_integrate(velocity: Callable[[Tensor, Tensor], Tensor], noise: Tensor,
         x = x + dt * v.to(torch.float32)
         t = t + dt
     return x
+
+
+def euler_times(num_steps: int, device: torch.device | str = "cpu") -> tuple[list[Tensor], Tensor]:
+    """The flow times ``t_0 = 1, t_{i+1} = t_i + dt`` (float32 accumulation, as
+    :func:`euler_integrate`) and ``dt = -1/S`` — the frame constants of the S denoise steps.
+
+    Raises:
+        ValueError: ``num_steps < 1``.
+    """
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    dt = torch.tensor(-1.0 / num_steps, dtype=torch.float32, device=device)
+    t = torch.tensor(1.0, dtype=torch.float32, device=device)
+    out = []
+    for _ in range(num_steps):
+        out.append(t)
+        t = t + dt
+    return out, dt

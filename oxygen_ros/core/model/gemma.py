@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.models.gemma.modeling_gemma import apply_rotary_pos_emb
 
@@ -20,8 +19,6 @@ from ..config import GemmaConfig
 from .kv import AttentionView
 from .layers import AdaRMSNorm, MoTLayer, PlainNorm, gated_residual, make_rotary
 
-# Additive mask value used by openpi / big_vision; finite in fp32 and bf16 (no NaN on empty rows).
-MASK_VALUE = -2.3819763e38
 
 
 class GemmaStack(nn.Module):
@@ -46,13 +43,6 @@ class GemmaStack(nn.Module):
         return e * torch.tensor(math.sqrt(self.cfg.width), dtype=e.dtype)
 
 
-def additive_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:
-    """``[B, T, S]`` bool → ``[B, 1, T, S]`` additive float mask (0 where allowed)."""
-    zero = torch.zeros((), dtype=dtype, device=allowed.device)
-    neg = torch.full((), MASK_VALUE, dtype=dtype, device=allowed.device)
-    return torch.where(allowed, zero, neg)[:, None]
-
-
 class MoTRunner(nn.Module):
     """Runs the joint layers of several :class:`GemmaStack` over one :class:`AttentionView`."""
 
@@ -75,9 +65,7 @@ class MoTRunner(nn.Module):
             Per expert ``[B, T_i, width_i]`` hidden states after the final norm.
         """
         lens = [h.shape[1] for h in hiddens]
-        dtype = hiddens[0].dtype
-        cos, sin = self.rotary(hiddens[0], view.positions)
-        mask = additive_mask(view.allowed, dtype)
+        cos, sin = view.rope(self.rotary, hiddens[0])
         depth = len(stacks[0].layers)
         for li in range(depth):
             qs, ks, vs, gates, resid = [], [], [], [], []
@@ -90,11 +78,7 @@ class MoTRunner(nn.Module):
             k = torch.cat(ks, 1) if len(ks) > 1 else ks[0]
             v = torch.cat(vs, 1) if len(vs) > 1 else vs[0]
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
-            k_all, v_all = view.attend_kv(li, k, v)
-            out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2), attn_mask=mask,
-                scale=self.scaling, enable_gqa=True)
-            out = out.transpose(1, 2).flatten(2)
+            out = view.attend(li, q, k, v, self.scaling).flatten(2)
             new_hiddens = []
             start = 0
             for stack, c, g, h0, n_tok in zip(stacks, conds, gates, resid, lens):

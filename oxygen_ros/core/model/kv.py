@@ -15,10 +15,14 @@ only, as in openpi (``cumsum(mask) - 1``).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+# Additive mask value used by openpi / big_vision; finite in fp32 and bf16 (no NaN on empty rows).
+MASK_VALUE = -2.3819763e38
 
 
 class AttentionView(Protocol):
@@ -26,22 +30,65 @@ class AttentionView(Protocol):
 
     Attributes:
         positions: ``[B, T]`` int64 RoPE positions of the new tokens.
-        allowed: ``[B, T, S]`` bool — query ``t`` may attend key ``s`` of ``attend_kv``'s output.
+        allowed: ``[B, T, S]`` bool — query ``t`` may attend key ``s`` of ``attend_kv``'s output —
+            or ``None`` when nothing is masked (no mask is passed to the kernel then).
     """
 
     positions: Tensor
-    allowed: Tensor
+    allowed: Tensor | None
 
-    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the new tokens' K/V (``[B, T, KVH, D]``) if this view writes, and return the keys
-        and values ``[B, S, KVH, D]`` the queries attend over."""
+    def rope(self, rotary: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], x: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin of ``positions`` (computed once per view, reused by every layer and step)."""
+        ...
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+        """Store the new tokens' K/V if this view writes and attend: q ``[B, T, H, D]``, k/v
+        ``[B, T, KVH, D]`` → ``[B, T, H, D]``."""
         ...
 
 
-class SelfView:
+class ViewBase:
+    """Shared view behaviour: cached rotary tables and additive mask, SDPA over ``attend_kv``.
+
+    Subclasses set ``positions`` / ``allowed`` and implement ``attend_kv(layer, k, v)`` returning
+    the keys/values ``[B, S, KVH, D]`` the queries attend over.
+    """
+
+    positions: Tensor
+    allowed: Tensor | None
+    _rope: tuple[Tensor, Tensor] | None = None
+    _mask: Tensor | None = None
+
+    def rope(self, rotary, x: Tensor) -> tuple[Tensor, Tensor]:
+        if self._rope is None:
+            self._rope = rotary(x, self.positions)
+        return self._rope
+
+    def additive_mask(self, dtype: torch.dtype) -> Tensor | None:
+        """``[B, 1, T, S]`` additive float mask of ``allowed`` (``None`` when unmasked), cached."""
+        if self.allowed is None:
+            return None
+        if self._mask is None or self._mask.dtype != dtype:
+            zero = torch.zeros((), dtype=dtype, device=self.allowed.device)
+            neg = torch.full((), MASK_VALUE, dtype=dtype, device=self.allowed.device)
+            self._mask = torch.where(self.allowed, zero, neg)[:, None]
+        return self._mask
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+        k_all, v_all = self.attend_kv(layer, k, v)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),
+            attn_mask=self.additive_mask(q.dtype), scale=scale, enable_gqa=True)
+        return out.transpose(1, 2)
+
+
+class SelfView(ViewBase):
     """No storage: the new tokens attend only to each other (uncached reference forwards)."""
 
-    def __init__(self, positions: Tensor, allowed: Tensor) -> None:
+    def __init__(self, positions: Tensor, allowed: Tensor | None) -> None:
         self.positions = positions
         self.allowed = allowed
 
@@ -54,7 +101,7 @@ def prefix_positions(valid: Tensor) -> Tensor:
     return (valid.long().cumsum(-1) - 1).clamp_min(0)
 
 
-class _WriteView:
+class _WriteView(ViewBase):
     """Writes the valid new tokens at ``positions`` of a dense buffer, returns the buffer prefix."""
 
     def __init__(self, cache: "DenseKVCache", valid: Tensor, positions: Tensor, allowed: Tensor,
@@ -76,28 +123,25 @@ class _WriteView:
         return ck[:, : self._read_len], cv[:, : self._read_len]
 
 
-class _DenoiseView:
-    """Action-expert view: read-only prefix plus a suffix scratch buffer reused every step.
+class DenoiseView(ViewBase):
+    """Action-expert view: read-only prefix plus the suffix slots of one scratch buffer.
 
-    The prefix is copied once (per ``sample_actions`` call) into ``[L, B, P + H, KVH, D]`` scratch;
-    every denoise step overwrites only the last ``H`` slots. The cache is never written.
+    ``k``/``v`` are ``[L, B, P + H, KVH, D]`` scratch holding the prefix K/V in ``[0, P)`` (copied
+    once per frame, see :func:`denoise_scratch`); every denoise step overwrites only the last
+    ``H`` slots. The cache itself is never written. Build it once per frame and reuse it for all
+    S steps: positions, rotary tables and the mask are computed once.
     """
 
-    def __init__(self, prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int) -> None:
-        b, p = prefix_k[0].shape[:2]
-        tail = prefix_k[0].shape[2:]
-        n = len(prefix_k)
-        self._k = prefix_k[0].new_empty((n, b, p + horizon, *tail))
-        self._v = prefix_v[0].new_empty((n, b, p + horizon, *tail))
-        for i in range(n):
-            self._k[i, :, :p] = prefix_k[i]
-            self._v[i, :, :p] = prefix_v[i]
+    def __init__(self, k: Tensor, v: Tensor, lengths: Tensor, horizon: int, padded: bool = True) -> None:
+        self._k, self._v = k, v
+        b, total = k.shape[1], k.shape[2]
+        p = total - horizon
         self._p = p
         device = lengths.device
         self.positions = lengths[:, None] + torch.arange(horizon, device=device)[None, :]
-        s = torch.arange(p + horizon, device=device)
+        s = torch.arange(total, device=device)
         keys = (s[None, :] < lengths[:, None]) | (s[None, :] >= p)
-        self.allowed = keys[:, None, :].expand(b, horizon, p + horizon)
+        self.allowed = keys[:, None, :].expand(b, horizon, total) if padded else None
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self._k[layer, :, self._p:] = k
@@ -105,15 +149,34 @@ class _DenoiseView:
         return self._k[layer], self._v[layer]
 
 
-def denoise_view(prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int) -> _DenoiseView:
+def denoise_scratch(prefix_k: list[Tensor] | Tensor, prefix_v: list[Tensor] | Tensor,
+                    horizon: int) -> tuple[Tensor, Tensor]:
+    """``[L, B, P + H, KVH, D]`` K and V scratch with the prefix (per layer ``[B, P, KVH, D]``)
+    copied into ``[0, P)`` — the one copy of the prefix per frame."""
+    b, p = prefix_k[0].shape[:2]
+    tail = prefix_k[0].shape[2:]
+    n = len(prefix_k)
+    k = prefix_k[0].new_empty((n, b, p + horizon, *tail))
+    v = prefix_v[0].new_empty((n, b, p + horizon, *tail))
+    for i in range(n):
+        k[i, :, :p] = prefix_k[i]
+        v[i, :, :p] = prefix_v[i]
+    return k, v
+
+
+def denoise_view(prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int,
+                 padded: bool = True) -> DenoiseView:
     """Build the action expert's view over gathered prefix K/V.
 
     Args:
         prefix_k, prefix_v: per layer ``[B, P, KVH, D]``; row ``b`` valid in ``[0, lengths[b])``.
         lengths: ``[B]`` int64 valid prefix length per row.
         horizon: action chunk length ``H`` (suffix tokens).
+        padded: some row is shorter than ``P`` (a key mask is needed); ``False`` when the caller
+            knows every row fills ``P`` (no mask is passed then).
     """
-    return _DenoiseView(prefix_k, prefix_v, lengths, horizon)
+    k, v = denoise_scratch(prefix_k, prefix_v, horizon)
+    return DenoiseView(k, v, lengths, horizon, padded)
 
 
 class DenseKVCache:
@@ -164,7 +227,7 @@ class DenseKVCache:
         self.lengths = new_lengths
         return view
 
-    def denoise_view(self, horizon: int) -> _DenoiseView:
+    def denoise_view(self, horizon: int) -> DenoiseView:
         """Read-only view of the stored prefix for ``horizon`` action tokens."""
         p = int(self.lengths.max())
         return denoise_view([k[:, :p] for k in self.k], [v[:, :p] for v in self.v], self.lengths, horizon)

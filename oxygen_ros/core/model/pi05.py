@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .flow import euler_integrate, sinusoidal_time_embedding
+from .flow import euler_integrate, euler_times, sinusoidal_time_embedding
 from .gemma import GemmaStack, MoTRunner
 from .kv import AttentionView, SelfView, prefix_positions
 from .siglip import VisionEncoder
@@ -136,19 +136,22 @@ class Pi05Model(nn.Module):
         h = F.silu(self.time_mlp_in(emb.to(device=w.device, dtype=w.dtype)))
         return F.silu(self.time_mlp_out(h))
 
-    def denoise_step(self, view: AttentionView, x_t: Tensor, t: Tensor) -> Tensor:
+    def denoise_step(self, view: AttentionView, x_t: Tensor, t: Tensor | None, cond: Tensor | None = None) -> Tensor:
         """Velocity ``v(x_t, t)`` of the action expert over the read-only prefix in ``view``.
 
         Args:
             view: a denoise view (``H`` suffix tokens over the prefix).
             x_t: ``[B, H, action_dim]`` noisy actions; t: ``[B]`` flow time.
+            cond: precomputed :meth:`time_condition` of ``t`` ``[B, expert_width]`` (then ``t`` is
+                unused) — a frame constant when the S flow times are fixed.
 
         Returns:
             ``[B, H, action_dim]`` float32 velocity.
         """
         w = self.action_in_proj.weight
         emb = self.action_in_proj(x_t.to(device=w.device, dtype=w.dtype))
-        out = self.runner([self.expert], [emb], [self.time_condition(t)], view)[0]
+        cond = self.time_condition(t) if cond is None else cond
+        out = self.runner([self.expert], [emb], [cond], view)[0]
         return self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
 
     def sample_actions(self, view: AttentionView, noise: Tensor, num_steps: int) -> Tensor:
@@ -156,19 +159,35 @@ class Pi05Model(nn.Module):
         denoise steps; returns ``[B, H, action_dim]`` float32 normalised actions."""
         return euler_integrate(lambda x, t: self.denoise_step(view, x, t), noise, num_steps)
 
+    def time_conditions(self, num_steps: int, batch: int) -> tuple[Tensor, Tensor]:
+        """Frame constants of the S denoise steps: adaRMS conditions ``[S, B, expert_width]`` of
+        the flow times :func:`~.flow.euler_times` and ``dt`` (0-d float32)."""
+        times, dt = euler_times(num_steps, self.device)
+        return torch.stack([self.time_condition(t.expand(batch)) for t in times]), dt
+
+    def integrate(self, view: AttentionView, noise: Tensor, conds: Tensor, dt: Tensor) -> Tensor:
+        """:meth:`sample_actions` with precomputed conditions ``conds`` ``[S, B, W]`` (same
+        arithmetic: ``x <- x + dt * v`` in float32)."""
+        x = noise.to(torch.float32)
+        for i in range(conds.shape[0]):
+            x = x + dt * self.denoise_step(view, x, None, conds[i])
+        return x
+
     # ------------------------------------------------------------------ text
-    def decode_step(self, view: AttentionView, token_ids: Tensor, valid: Tensor) -> Tensor:
+    def decode_step(self, view: AttentionView, token_ids: Tensor, valid: Tensor | None) -> Tensor:
         """Causal VLM forward of ``[B, T]`` new tokens appended through ``view``.
 
         Args:
             view: an extend view for these tokens; token_ids: ``[B, T]`` int64; valid ``[B, T]``
-                bool (valid tokens first in each row).
+                bool (valid tokens first in each row), or ``None`` when every token is valid.
 
         Returns:
             ``[B, vocab]`` float32 logits at each row's last valid new token.
         """
         emb = self.vlm.embed(token_ids.to(self.device)).to(self.dtype)
         h = self.runner([self.vlm], [emb], [None], view)[0]
+        if valid is None:
+            return self.logits(h[:, -1])
         last = (valid.long().sum(-1) - 1).clamp_min(0)
         return self.logits(h[torch.arange(h.shape[0], device=h.device), last])
 

@@ -7,8 +7,10 @@ back and flushed, in order, as soon as every earlier one has ended. Each utteran
 whole text on the task's text topic, so a reader concatenating the deltas between two finished
 texts gets exactly that text (the engine guarantees deltas never split a UTF-8 character).
 
-A request that ends without ever producing a delta (rejected, or failed before its first token)
-emits nothing; one that ends after deltas (finished, cancelled, failed) emits its text so far.
+A request that ends without ever producing a delta emits nothing, unless it carries a notice
+(rejected, expired, or failed before its first token): then the notice — why it ended — is its
+one delta and its end-of-utterance text, in its turn. One that ends after deltas (finished,
+cancelled, failed) emits its text so far.
 """
 
 from __future__ import annotations
@@ -54,11 +56,15 @@ class TaskTextStream:
             utt.deltas.append(text)
         return self._flush()
 
-    def end(self, request_id: int, text: str) -> list[Emit]:
-        """``request_id`` ended with whole text ``text`` (ignored if it never produced a delta)."""
+    def end(self, request_id: int, text: str, notice: str | None = None) -> list[Emit]:
+        """``request_id`` ended with whole text ``text``. One that never produced a delta is
+        ignored, or, with a ``notice`` (why it ended), emits the notice as its utterance."""
         utt = self._open.get(request_id)
         if utt is None:
-            return []
+            if not notice:
+                return []
+            utt = self._open[request_id] = _Utterance(deltas=[notice])
+            text = notice
         utt.final = text
         return self._flush()
 

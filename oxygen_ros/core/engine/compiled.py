@@ -1,0 +1,109 @@
+"""Compiled engine stages: ``torch.compile`` of the step functions, with eager fallback.
+
+``compile`` (engine option and node parameter) is one of:
+
+* ``none`` — eager PyTorch;
+* ``default`` — TorchInductor (fused kernels; C++/OpenMP on the CPU, Triton on CUDA);
+* ``reduce-overhead`` — inductor + CUDA graphs: each stage shape is captured once and replayed
+  (on the CPU this is the same as ``default``);
+* ``max-autotune`` — inductor with kernel autotuning (and CUDA graphs on CUDA).
+
+Every shape is static (``dynamic=False``): the prefix buckets, the decode batch buckets and the
+fixed block-table width; the engine's warm-up runs each one once before it reports ready. If a
+compiled stage ever yields non-finite values where the eager stage does not, that stage falls
+back to eager for good and a diagnostic is recorded (OxyGen reports compiled text decode producing
+non-finite values on Jetson Thor). Follows the ``torch.compile`` documentation
+(https://pytorch.org/docs/stable/generated/torch.compile.html).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..config import COMPILE_MODES
+log = logging.getLogger(__name__)
+
+
+def _raise_recompile_limit(n: int) -> None:
+    """Dynamo keeps at most ``recompile_limit`` graphs per function before silently running
+    eagerly; a stage has one graph per bucket, so make room for all of them."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name) and getattr(cfg, name) < n:
+            setattr(cfg, name, n)
+
+
+class Stage:
+    """One engine stage (``vision``, ``prefill``, ``denoise``, ``decode``) — eager or compiled.
+
+    Args:
+        name: stage name used in diagnostics.
+        fn: the eager step function.
+        mode: one of :data:`COMPILE_MODES`.
+        shapes: how many static shapes the stage will see (recompile budget).
+    """
+
+    def __init__(self, name: str, fn: Callable[..., Any], mode: str, shapes: int = 8) -> None:
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compile={mode!r} must be one of {COMPILE_MODES}")
+        self.name = name
+        self.eager = fn
+        self.mode = mode
+        self.fallback_reason: str | None = None
+        if mode == "none":
+            self._compiled = None
+        else:
+            _raise_recompile_limit(max(8, 2 * shapes))
+            self._compiled = torch.compile(fn, mode=None if mode == "default" else mode, dynamic=False)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether calls run the compiled function (not ``none``, not fallen back)."""
+        return self._compiled is not None and self.fallback_reason is None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled:
+            return self._compiled(*args)
+        return self.eager(*args)
+
+    def fall_back(self, reason: str) -> None:
+        """Switch this stage to eager for good and record why."""
+        self.fallback_reason = reason
+        log.warning("compiled %s stage falls back to eager: %s", self.name, reason)
+
+    def checked(self, finite: Callable[[Any], bool], *args: Any) -> Any:
+        """Run the stage; if the compiled result is not ``finite`` but the eager one is, fall back
+        to eager (diagnostic recorded) and return the eager result. Stages must be idempotent
+        (a decode step rewrites the same K/V slots)."""
+        out = self(*args)
+        if not self.compiled or finite(out):
+            return out
+        ref = self.eager(*args)
+        if finite(ref):
+            self.fall_back("compiled output was non-finite where eager was finite")
+            return ref
+        return out
+
+
+class WarmupReport:
+    """Warm-up bookkeeping: shapes compiled per stage and the time it took (seconds)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, list[Any]] = {}
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def __enter__(self) -> "WarmupReport":
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds += time.perf_counter() - self._t0
+
+    def add(self, stage: str, shape: Any) -> None:
+        """Record that ``stage`` ran at ``shape``."""
+        self.shapes.setdefault(stage, []).append(shape)

@@ -1,0 +1,77 @@
+"""KV pool sizing: the default configuration serves the OxyGen paper's load (one 30-token request
+per frame at k = 1) with a bounded queue; the configure-time message; impossible configurations."""
+
+import pytest
+
+from oxygen_ros.core.cache.sizing import PoolSizeError, in_flight_requests, plan_pool
+from oxygen_ros.core.config import ConfigError, EngineConfig, TaskConfig
+from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.core.policy import Pi05Policy
+from test_engine_faults import make_obs
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+
+
+def test_in_flight_follows_rate_and_k():
+    assert in_flight_requests(1.0, 30, 1, True) == (31, 30)
+    assert in_flight_requests(1.0, 30, 4, True) == (9, 8)
+    assert in_flight_requests(0.1, 30, 1, True) == (4, 30)
+    assert in_flight_requests(2.0, 30, 1, False) == (3, 1)  # shared_kv / isolated end in their frame
+    assert in_flight_requests(0.0, 30, 1, True) == (0, 30)
+
+
+def test_plan_sizes_for_the_workload_within_the_budget():
+    p = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
+                  budget_bytes=10**6, budget_source="1 MB")
+    assert p.blocks == 10 + 4 * 15 and p.sustained == 4 and p.sustained_rate == 0.5
+    assert "70 blocks" in p.describe() and "holds 4 requests in flight (workload needs 4)" in p.describe()
+    capped = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
+                       budget_bytes=40_000, budget_source="40 kB")
+    assert capped.blocks == 40 and capped.sustained == 2 and "capped by 40 kB" in capped.source
+    with pytest.raises(PoolSizeError, match=r"needs 25 blocks .* = prefix 10 \+ next-frame reserve 10 \+ 5"):
+        plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
+                  budget_bytes=24_000, budget_source="24 kB")
+
+
+def test_impossible_configuration_is_a_configure_error_naming_the_numbers(policy):
+    with pytest.raises(ConfigError) as err:
+        Engine(policy, EngineConfig(kv_memory_mb=0.05))
+    msg = str(err.value)
+    assert "cannot hold one language request beside the action path" in msg
+    assert "engine.kv_memory_mb=0.05" in msg and "prefix 7 + next-frame reserve 7 + 2" in msg
+    with pytest.raises(ConfigError, match="engine.kv_blocks"):
+        Engine(policy, EngineConfig(kv_blocks=15))
+    Engine(policy, EngineConfig(kv_blocks=16))  # exactly one request of the longest task fits
+
+
+def test_configure_time_message_says_what_it_chose(policy):
+    e = Engine(policy, EngineConfig(tokens_per_frame=1))
+    msg = e.pool_plan.describe()
+    assert e.pool_plan.in_flight == 31 and e.pool_plan.sustained == 31 and e.scheduler.max_running == 31
+    assert f"{e.pool.blocks.num_blocks} blocks" in msg and "within the CPU default of 1024 MiB" in msg
+    assert "1.03 requests/frame of 30 frames each" in msg
+
+
+@pytest.mark.slow
+def test_default_configuration_serves_one_request_per_frame_at_k1(policy):
+    eng = Engine(policy, EngineConfig(tokens_per_frame=1))
+    assert eng.cfg.task("conversation").max_new_tokens == 30
+    ended, peak_batch = {}, 0
+    for f in range(200):
+        eng.submit_observation(make_obs(f % 7))
+        eng.submit_request("conversation", f"what is at step {f}?", temperature=1.0, seed=f)
+        r = eng.step()
+        ended.update({e.id: e for e in r.ended})
+        assert eng.queued <= 1, f"queue grew to {eng.queued} at frame {f}"
+        peak_batch = max(peak_batch, r.metrics.decode_batch)
+        if f % 20 == 0:
+            eng.check_invariants()
+    assert all(e.status == RequestStatus.FINISHED for e in ended.values())
+    assert len(ended) >= 200 - 31
+    long = [e for e in ended.values() if len(e.token_ids) == 30]
+    assert long, "no request used its whole 30-token budget"
+    assert peak_batch >= 25  # ~30 requests decode together at k = 1

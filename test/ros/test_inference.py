@@ -1,0 +1,69 @@
+"""InferenceWorker's frame handling (no ROS node): contained engine faults are reported by kind
+with the traceback logged once per kind; a rejected, expired or failed request is counted, reported
+and reaches its task's text topic as an end-of-utterance message saying why."""
+
+import numpy as np
+
+from oxygen_ros.bench.injection import FaultInjector
+from oxygen_ros.core.config import EngineConfig, TaskConfig
+from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.core.policy import Pi05Policy
+from oxygen_ros.core.types import Observation
+from oxygen_ros.ros.diagnostics import ERROR, FrameStats, ProblemLog
+from oxygen_ros.ros.inference import InferenceWorker
+
+
+class FakeOutputs:
+    model_input = False
+
+    def __init__(self):
+        self.texts = []
+
+    def publish_text(self, task, emits):
+        self.texts += [(task, e.kind, e.text) for e in emits]
+
+
+class FakeLog:
+    def __init__(self):
+        self.errors = []
+
+    def error(self, msg):
+        self.errors.append(msg)
+
+
+def obs(i):
+    rng = np.random.default_rng(i)
+    return Observation(images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
+                       state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick", stamp=float(i))
+
+
+def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    eng = Engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),),
+                                      tokens_per_frame=2, kv_blocks=20, max_running_requests=4))
+    problems, out, log = ProblemLog(), FakeOutputs(), FakeLog()
+    reported = []
+
+    def report(kind, message, level):
+        reported.append((kind, level))
+        problems.report(kind, message, 0.0, level)
+
+    worker = InferenceWorker(eng, None, out, FrameStats(), report, log)
+    with FaultInjector(eng) as inj:
+        eng.submit_observation(obs(0))
+        huge = eng.submit_request("conversation", "x", 400)
+        worker._handle(eng.step())
+        for i in (1, 2):
+            eng.submit_observation(obs(i))
+            eng.submit_request("conversation", "y", 8)
+            inj.arm("decode")
+            worker._handle(eng.step())
+    assert worker.rejected_requests == 1 and worker.failed_requests == 2
+    assert problems.counts()["fault_start"] == 2 and problems.counts()["request_rejected"] == 1
+    assert ("fault_start", ERROR) in reported
+    assert len([m for m in log.errors if "engine fault in start" in m]) == 1  # traceback once per kind
+    assert "injected fault in decode" in log.errors[0]
+    notices = [t for t in out.texts if t[1] == "text"]
+    assert notices[0][2].startswith(f"[request {huge} rejected: request needs")
+    assert all(n[2].startswith("[request ") and "failed in start" in n[2] for n in notices[1:])
+    eng.check_invariants()
