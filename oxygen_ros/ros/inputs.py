@@ -5,8 +5,9 @@ Every callback is short and never waits for inference: images are stored undecod
 arrive as serialized bytes (``raw=True``; ``/joint_states`` runs at the controller rate, up to
 1 kHz) and are read by :class:`~oxygen_ros.ros.convert.JointStateDecoder` (no Python message is
 built), picked by name and buffered; asks are queued in the engine. Every joint state is counted
-by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive). Bad input is counted and reported
-in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged once per kind), never raised.
+by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
+Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
+once per kind), never raised.
 """
 
 from __future__ import annotations

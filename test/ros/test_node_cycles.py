@@ -6,7 +6,8 @@ executor in a thread, as ``main`` does); a peer (own Context) publishes cameras 
 ``change_state`` service, as ``ros2 lifecycle set`` would. Every cycle must produce action chunks
 while active; after each deactivate the engine's invariant holds, after each cleanup the engine
 that served the cycle holds no KV block and is garbage (weakref). After the warm-up cycles, the
-Python threads (by name), the OS threads of the process (/proc/self/task) and the RSS must not grow.
+Python threads (by name) and the OS threads of the process (/proc/self/task) must be the same and
+the RSS must stay within ``RSS_SLACK`` (justified below).
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from ros_helpers import ALOHA_COMPRESSED, ALOHA_JOINTS, REPO, RosPeer, SensorFee
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 CYCLES = int(os.environ.get('OXYGEN_LIFECYCLE_CYCLES', '100'))  # fewer only for a quick local try
-WARMUP = 10
-# RSS may move by allocator noise (glibc arenas, torch's CPU caching of the largest tensors);
-# a leak of the smallest per-cycle object that matters — the pi05-tiny model + KV pool, measured
-# as FOOTPRINT below — over 90 cycles would add 90 footprints. The bound allows 4 footprints
-# (and at least 48 MiB), i.e. it catches a leak of more than ~1/20 of a footprint per cycle.
-MIN_RSS_SLACK = 48 * 2**20
+WARMUP = 20
+# RSS tolerance. The first ~20 cycles grow RSS by ~10 MiB (glibc arenas of the executor, DDS and
+# inference threads filling up, torch's CPU allocator caches) and then it stays nearly flat
+# (measured here: +7 MiB from cycle 20 to 100, ~90 KiB per cycle, in native memory). A leak of
+# what a cycle allocates — the pi05-tiny model + its KV pool, FOOTPRINT ≈ 1.1 MiB, also caught
+# directly by the weakref check — would add ~88 MiB over 80 cycles. The bound, 24 MiB over the
+# 80 cycles after warm-up (300 KiB per cycle, about a quarter of a footprint), sits ~3x above the
+# measured drift and ~4x below such a leak.
+RSS_SLACK = 24 * 2**20
 
 
 def _threads() -> tuple[list[str], int]:
@@ -130,4 +134,6 @@ def test_hundred_lifecycle_cycles_leak_no_threads_blocks_or_memory():
     print(summary)
     assert threads[0] == base_threads[0], (base_threads[0], threads[0])
     assert threads[1] == base_threads[1], summary
-    assert growth <= max(MIN_RSS_SLACK, 4 * footprint), summary
+    # the bound can catch a leak of one model + pool per cycle (half of one would still exceed it)
+    assert CYCLES < 100 or RSS_SLACK < (CYCLES - WARMUP) * footprint / 2, summary
+    assert growth <= RSS_SLACK, summary
