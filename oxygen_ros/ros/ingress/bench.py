@@ -8,8 +8,9 @@ starts the ``oxygen`` node (pi05-tiny, one intra-op thread, three raw 224×224 c
 process (:mod:`oxygen_ros.ros.ingress.feed`: cameras at 30 Hz, joint states alternating 30 Hz /
 1 kHz every ``window`` seconds) and a listener in this process. After warm-up it cuts the listener's
 chunk receive times into the phases (the first ``settle`` seconds of each are skipped) and reports
-per phase the median chunk period, the node's median frame time (its /diagnostics) and the joint
-states the node took in; then, per high-rate phase, the ratio of its median chunk period to the
+per phase the median chunk period, the node's median frame time (its /diagnostics), the joint
+states the node took in and the node process's CPU use (cores, from /proc via psutil — a measure
+of the ingress cost that the machine's other load disturbs far less than wall times); then, per high-rate phase, the ratio of its median chunk period to the
 mean of its low-rate neighbours', and the median and range of those ratios. Interleaving makes the
 ratio robust to the slow drifts of a shared machine; the spread shows what is left.
 """
@@ -87,8 +88,30 @@ def _diag_at(diags: list[tuple[float, dict[str, str]]], t: float, key: str) -> f
     return vals[-1] if vals else float('nan')
 
 
+def _cpu_sampler(pid: int, out: list[tuple[float, float]], stop: threading.Event) -> None:
+    """Append (monotonic s, CPU seconds used by process ``pid``, all threads) every 0.2 s."""
+    import psutil
+    proc = psutil.Process(pid)
+    while not stop.wait(0.2):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            return
+        out.append((time.monotonic(), t.user + t.system))
+
+
+def _cpu_rate(cpu: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """CPU seconds per second of the node between monotonic ``lo`` and ``hi`` (nan if unsampled)."""
+    inside = [(t, c) for t, c in cpu if lo <= t <= hi]
+    if len(inside) < 2:
+        return float('nan')
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return (c1 - c0) / (t1 - t0)
+
+
 def phase_report(chunks: list[float], diags: list[tuple[float, dict[str, str]]], start: float,
-                 window: float, phases: int, settle: float) -> dict[str, Any]:
+                 window: float, phases: int, settle: float,
+                 cpu: list[tuple[float, float]] | None = None) -> dict[str, Any]:
     """Per-phase chunk periods and the high/low ratios (see module doc).
 
     Args:
@@ -96,6 +119,7 @@ def phase_report(chunks: list[float], diags: list[tuple[float, dict[str, str]]],
         diags: (monotonic receive time, key -> value) of the node's inference status.
         start, window, phases: the feed's schedule (seconds, seconds, count).
         settle: seconds skipped at the start of every phase.
+        cpu: (monotonic s, CPU seconds of the node process) samples, for ``node_cpu`` per phase.
 
     Returns:
         ``{'phases': [...], 'ratios': [...], 'ratio_median', 'ratio_min', 'ratio_max'}``; periods in ms.
@@ -111,13 +135,17 @@ def phase_report(chunks: list[float], diags: list[tuple[float, dict[str, str]]],
                      'period_p50_ms': float(np.median(period) * 1e3) if period.size else float('nan'),
                      'period_p90_ms': float(np.percentile(period, 90) * 1e3) if period.size else float('nan'),
                      'frame_p50_ms': _diag_at(diags, hi, 'frame_time_p50_ms'),
-                     'joint_states_per_s': (js[1] - js[0]) / (hi - lo)})
+                     'joint_states_per_s': (js[1] - js[0]) / (hi - lo),
+                     'node_cpu': _cpu_rate(cpu or [], lo, hi)})
     ratios = []
     for i in range(1, phases, 2):
         lows = [rows[j]['period_p50_ms'] for j in (i - 1, i + 1) if j < phases]
         ratios.append(rows[i]['period_p50_ms'] / float(np.mean(lows)))
     finite = [r for r in ratios if np.isfinite(r)]
+    cpu_high = [r['node_cpu'] for r in rows if r['joints'] == 'high']
+    cpu_low = [r['node_cpu'] for r in rows if r['joints'] == 'low']
     return {'phases': rows, 'ratios': ratios,
+            'ingress_cpu': float(np.nanmedian(cpu_high) - np.nanmedian(cpu_low)) if rows else float('nan'),
             'ratio_median': float(np.median(finite)) if finite else float('nan'),
             'ratio_min': min(finite, default=float('nan')), 'ratio_max': max(finite, default=float('nan'))}
 
@@ -162,9 +190,13 @@ def _run(a: argparse.Namespace, domain: int) -> dict[str, Any]:
     phases = 2 * a.pairs + 1
     listener = _Listener(domain)
     feed = node = None
+    cpu: list[tuple[float, float]] = []
+    stop_cpu = threading.Event()
     try:
         with open(a.log, 'wb') as log:
             node = subprocess.Popen(_node_cmd(a), env=env, stdout=log, stderr=subprocess.STDOUT)
+            sampler = threading.Thread(target=_cpu_sampler, args=(node.pid, cpu, stop_cpu), daemon=True)
+            sampler.start()
             start = time.monotonic() + 600.0  # rescheduled once the node publishes chunks
             # the feed starts at once (low rate) so the node warms up on real input
             feed_start = time.monotonic() + 300.0
@@ -195,8 +227,9 @@ def _run(a: argparse.Namespace, domain: int) -> dict[str, Any]:
                     proc.wait(20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+        stop_cpu.set()
         listener.close()
-    report = phase_report(listener.chunks, listener.diags, start, a.window, phases, a.settle)
+    report = phase_report(listener.chunks, listener.diags, start, a.window, phases, a.settle, cpu)
     for row, n in zip(report['phases'], sent['joint_states'][1:], strict=False):
         row['joint_states_sent_per_s'] = n / a.window
     report['command'] = ' '.join(['ingress_bench'] + (sys.argv[1:] if sys.argv else []))
@@ -213,14 +246,17 @@ def main(argv: list[str] | None = None) -> int:
         with domain_id() as dom:
             report = _run(a, dom)
     print(f'{"phase":>5} {"joints":>6} {"chunks":>6} {"period p50/p90 ms":>18} {"frame p50 ms":>12} '
-          f'{"js sent/s":>9} {"js taken/s":>10}')
+          f'{"js sent/s":>9} {"js taken/s":>10} {"node CPU":>8}')
     for r in report['phases']:
         print(f'{r["phase"]:>5} {r["joints"]:>6} {r["chunks"]:>6} {r["period_p50_ms"]:>8.1f}/'
               f'{r["period_p90_ms"]:<9.1f} {r["frame_p50_ms"]:>12.1f} '
-              f'{r.get("joint_states_sent_per_s", float("nan")):>9.0f} {r["joint_states_per_s"]:>10.0f}')
+              f'{r.get("joint_states_sent_per_s", float("nan")):>9.0f} {r["joint_states_per_s"]:>10.0f} '
+              f'{r["node_cpu"]:>8.2f}')
     print('chunk-period ratio high/low per pair: ' + ', '.join(f'{x:.3f}' for x in report['ratios']))
     print(f'ratio median {report["ratio_median"]:.3f} (range {report["ratio_min"]:.3f}-'
           f'{report["ratio_max"]:.3f}); target <= 1.2')
+    print(f'node CPU for the 1 kHz joint states (median high - median low phase): '
+          f'{report["ingress_cpu"]:.3f} cores')
     if a.json is not None:
         a.json.write_text(json.dumps(report, indent=1))
     return 0
