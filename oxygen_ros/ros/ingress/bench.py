@@ -142,10 +142,11 @@ def phase_report(chunks: list[float], diags: list[tuple[float, dict[str, str]]],
         lows = [rows[j]['period_p50_ms'] for j in (i - 1, i + 1) if j < phases]
         ratios.append(rows[i]['period_p50_ms'] / float(np.mean(lows)))
     finite = [r for r in ratios if np.isfinite(r)]
-    cpu_high = [r['node_cpu'] for r in rows if r['joints'] == 'high']
-    cpu_low = [r['node_cpu'] for r in rows if r['joints'] == 'low']
+    cpu_high = [r['node_cpu'] for r in rows if r['joints'] == 'high' and np.isfinite(r['node_cpu'])]
+    cpu_low = [r['node_cpu'] for r in rows if r['joints'] == 'low' and np.isfinite(r['node_cpu'])]
     return {'phases': rows, 'ratios': ratios,
-            'ingress_cpu': float(np.nanmedian(cpu_high) - np.nanmedian(cpu_low)) if rows else float('nan'),
+            'ingress_cpu': (float(np.median(cpu_high) - np.median(cpu_low)) if cpu_high and cpu_low
+                            else float('nan')),
             'ratio_median': float(np.median(finite)) if finite else float('nan'),
             'ratio_min': min(finite, default=float('nan')), 'ratio_max': max(finite, default=float('nan'))}
 
