@@ -27,6 +27,7 @@ setup(
         "console_scripts": [
             "oxygen_demo = oxygen_ros.replay.demo:main",
             "bench = oxygen_ros.bench.bench:main",
+            "chaos_soak = oxygen_ros.bench.soak:main",
             "replay = oxygen_ros.replay.replay:main",
             "bag_player = oxygen_ros.bags.player:main",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",

@@ -5,8 +5,10 @@ observations and the same seeded request arrivals, interleaved frame by frame (t
 every frame) so that load drift on a shared machine hits all three alike. Writes ``results.json``
 (every raw frame and the environment), ``results.md`` and three PNG plots to ``--out``.
 
-    bench --quick          # N = 30, k ∈ {1, 5}, LIBERO, S = 10 (CI smoke test, < 2 min on 2 cores)
-    bench --gpu            # full pi05, random weights, bf16, one CUDA GPU, <= 10 min
+    bench --quick          # N = 30, k ∈ {1, 5}, LIBERO, S = 10, eager and compiled points in one run
+    bench --quick --compile none           # eager only (CI smoke test, < 2 min on 2 cores)
+    bench --host-floor     # host floor per frame at π0.5 depth, tiny widths, eager vs compiled
+    bench --gpu            # full pi05, random weights, bf16, one CUDA GPU, compiled, <= 8 min
     bench                  # the paper sweep (see ``bench_workload.paper_sweep``); long on a CPU
 """
 
@@ -26,20 +28,23 @@ from typing import Any
 import torch
 
 from ..core.cache.kv_pool import KVPool
-from ..core.config import EngineConfig, TaskConfig
+from ..core.config import COMPILE_MODES, EngineConfig, TaskConfig
 from ..core.engine.engine import Engine
 from ..core.engine.requests import RequestStatus
 from ..core.policy import Pi05Policy
 from .costs import CostModel
+from .host_floor import action_path
 from .env import environment, finish_environment
 from .probe import MemoryMeter, StageProbe
 from .report import MODES, add_ratios, check_targets, markdown, missing_fields, summarize_mode
 from .workload import BenchPoint, arrival_schedule, observations, paper_sweep, product_points
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(layouts=["libero"], steps=[10], tokens=[30], k=[1, 5], arrivals=["uniform:1"]),
+    "quick": dict(layouts=["libero"], steps=[10], tokens=[30], k=[1, 5], arrivals=["uniform:1"],
+                  compile=["none", "default"]),
     "gpu": dict(preset="pi05", device="cuda", dtype="bfloat16", layouts=["libero"], steps=[10],
-                tokens=[30, 20, 10], k=[1, 5], arrivals=["uniform:1"], max_minutes=9.0),  # N=30 first
+                tokens=[30], k=[1, 5], arrivals=["uniform:1"], max_minutes=6.5, compile=["reduce-overhead"],
+                frames=30, action_cameras=True),
 }
 BLOCK_SIZE = 16
 TASK = "bench"
@@ -61,11 +66,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--k", nargs="+", type=int, help="decode steps per frame (default: every divisor of N)")
     ap.add_argument("--arrivals", nargs="+", help="uniform:R, poisson:LAMBDA, mix:R (requests per frame)")
     ap.add_argument("--horizon", type=int, default=10, help="action horizon H (10: the paper comparison)")
-    ap.add_argument("--frames", type=int, default=50, help="measured frames per point (after warm-up)")
+    ap.add_argument("--frames", type=int, help="measured frames per point (after warm-up; default 50)")
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cost-samples", type=int, default=3, help="minimum samples per stage cost (cost model)")
     ap.add_argument("--max-minutes", type=float, help="stop starting new points after this long")
+    ap.add_argument("--compile", nargs="+", choices=list(COMPILE_MODES),
+                    help="engine.compile modes, each a set of points in the same run (default none)")
+    ap.add_argument("--host-floor", action="store_true", help="host floor per frame at pi05 depth, tiny widths, "
+                    "for each --compile mode (default: none and default), then exit")
+    ap.add_argument("--action-cameras", action="store_true", help="also time the action path with 1, 2, 3 cameras")
     ap.add_argument("--out", type=Path, help="output folder (default out/bench/<profile>-<time>)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
@@ -73,8 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.profile = "quick" if a.quick else "gpu" if a.gpu else ("custom" if any(
         getattr(a, n) for n in ("layouts", "steps", "tokens", "k", "arrivals")) else "paper")
     for key, val in PROFILES.get(a.profile, {}).items():
-        if getattr(a, key, None) is None:
+        if getattr(a, key, None) in (None, False):
             setattr(a, key, val)
+    a.frames = 50 if a.frames is None else a.frames
     if a.frames < 1 or a.horizon < 1:
         ap.error("--frames and --horizon must be >= 1")
     return a
@@ -85,7 +96,7 @@ def make_points(a: argparse.Namespace) -> list[BenchPoint]:
     if a.profile == "paper":
         return paper_sweep(a.horizon, a.frames, a.seed)
     return product_points(a.layouts or ["libero"], a.steps or [10], a.tokens or [30], a.k, a.arrivals or ["uniform:1"],
-                          a.horizon, a.frames, a.seed)
+                          a.horizon, a.frames, a.seed, a.compile or ["none"])
 
 
 def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_tokens: int,
@@ -109,6 +120,7 @@ def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_t
     return EngineConfig(mode=mode, tokens_per_frame=pt.k, block_size=BLOCK_SIZE,
                         kv_blocks=max(peak + reserve, 2 * reserve), max_running_requests=running,
                         max_queued_requests=max(64, 2 * running), seed=pt.seed, num_denoise_steps=pt.steps,
+                        compile=pt.compile,
                         tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),))
 
 
@@ -121,13 +133,21 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
     total = pt.warmup + pt.frames
     sched = arrival_schedule(pt.arrival, pt.tokens, total, pt.seed * 7919 + zlib.crc32(pt.key.encode()))
     prefix_tokens = policy.encode_observation(obs[0]).prefix_len
-    engines = {m: Engine(policy, engine_config(m, pt, sched, prefix_tokens, policy.cfg.max_prefix_len)) for m in modes}
-    runs = {m: {"frames": [], "rejected": 0, "errors": 0, "config": dataclasses.asdict(e.cfg),
+    cfgs = {m: engine_config(m, pt, sched, prefix_tokens, policy.cfg.max_prefix_len) for m in modes}
+    if pt.compile != "none":  # one decode bucket set for all modes: their compiled graphs are shared
+        top = max(c.max_running_requests for c in cfgs.values())
+        cfgs = {m: dataclasses.replace(c, max_running_requests=top) for m, c in cfgs.items()}
+    engines = {m: Engine(policy, c) for m, c in cfgs.items()}
+    cams = sum(v is not None for v in obs[0].images.values())
+    for e in engines.values():  # compiles / captures every shape of this point before it is measured
+        if pt.compile != "none":
+            e.warmup(cameras=[cams])
+    runs = {m: {"frames": [], "rejected": 0, "errors": 0, "config": dataclasses.asdict(e.cfg), "warmup_s": e.warmup_s,
                 "pool_blocks": e.pool.blocks.num_blocks, "pool_bytes": e.pool.k.nbytes + e.pool.v.nbytes}
             for m, e in engines.items()}
     costs.begin_point(pt.layout, obs[0], pt.steps, pt.tokens // 2)
     seen: set[int] = set()
-    probe = StageProbe(policy)
+    probe = StageProbe(policy, wrap_model=pt.compile == "none")
     for e in engines.values():
         probe.attach(e)
     try:
@@ -216,6 +236,18 @@ def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespac
     return results, skipped
 
 
+def _host_floor(a: argparse.Namespace) -> int:
+    from .host_floor import host_floor, markdown as floor_md  # noqa: I001
+    doc = host_floor(a.compile or ["none", "default"], steps=(a.steps or [10])[0])
+    out = a.out or Path("out/bench") / f"host-floor-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "host_floor.json").write_text(json.dumps(doc, indent=1, default=float))
+    md = floor_md(doc)
+    (out / "host_floor.md").write_text(md + "\n")
+    print(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA)."""
     a = parse_args(argv)
@@ -223,12 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.host_floor:
+        return _host_floor(a)
     points = make_points(a)
     if not points:
         print("bench: no sweep point (does any --k divide any --tokens?)", file=sys.stderr)
         return 2
-    if a.threads:
-        torch.set_num_threads(a.threads)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     preset = a.preset or ("pi05" if device.type == "cuda" else "pi05-small")
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -243,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     policy.eos_id = -1  # ignore EOS (as vLLM's benchmarks): every request emits exactly its budget
     meter = MemoryMeter(device)
     results, skipped = run_sweep(policy, points, a, meter, t_start)
+    cams = action_path(policy, (a.compile or ["none"])[-1], (a.steps or [10])[0]) if a.action_cameras else []
     c = policy.cfg.vlm
     bpb = KVPool.bytes_per_block(c.depth, BLOCK_SIZE, c.num_kv_heads, c.head_dim, policy.model.dtype)
     rows = [summarize_mode(res["point"], m, run, meter.base, bpb) for res in results for m, run in res["modes"].items()]
@@ -256,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
            "argv": sys.argv[1:] if argv is None else list(argv), "profile": a.profile,
            "environment": finish_environment(env), "settings": settings, "points": results, "summary": rows,
            "targets": check_targets(rows, {r["point"]["key"]: r["point"] for r in results}, device.type == "cuda"),
-           "skipped": skipped, "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
+           "skipped": skipped, "action_path": cams, "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
            "duration_s": time.perf_counter() - t_start}
     doc["plots"] = [] if a.no_plots else _plots(doc, out)
     doc["missing"] = missing_fields(doc)

@@ -34,7 +34,7 @@ TIMED = ("preprocess", "vision", "prefill", "fwd_decode", "fwd_start", "sample",
 class StageProbe:
     """Accumulates stage times of the current frame for whichever engine is stepping."""
 
-    def __init__(self, policy: Pi05Policy) -> None:
+    def __init__(self, policy: Pi05Policy, wrap_model: bool = True) -> None:
         self.policy = policy
         self.cuda = policy.model.device.type == "cuda"
         self._installed: list[tuple[Any, str]] = []
@@ -43,7 +43,9 @@ class StageProbe:
         self.acc: dict[str, Any] = {}
         self.begin()
         self._wrap(policy, "encode_observation", self._timed("preprocess"))
-        for name in ("decode_step", "logits"):
+        # Compiled engines: the forward is inside the compiled step (patching the model would make
+        # dynamo recompile); its time then counts as ``build`` of the decode call.
+        for name in ("decode_step", "logits") if wrap_model else ():
             self._wrap(policy.model, name, self._model_call)
 
     # ------------------------------------------------------------------ wrapping

@@ -42,6 +42,7 @@ def summarize_mode(point: dict[str, Any], mode: str, run: dict[str, Any], base_b
     pct = lambda key: 100.0 * sum(f[key] for f in fr) / total  # noqa: E731
     peak = base_bytes + run["pool_bytes"] + max((f["transient"] for f in fr), default=0)
     return {
+        "warmup_s": run.get("warmup_s", 0.0),
         "point": point["key"], "mode": mode, "frames": n,
         "frame_time_ms": 1e3 * total / n, "frame_time_median_ms": 1e3 * statistics.median(f["T"] for f in fr),
         "frame_time_p90_ms": 1e3 * _pct([f["T"] for f in fr], 90),
@@ -104,18 +105,22 @@ def markdown(doc: dict[str, Any]) -> str:
              "", f"{doc['frames_total']} frames in {doc['duration_s']:.0f} s; load average at start/end "
              f"{env['loadavg_start']} / {env.get('loadavg_end', '?')} (timings on a shared machine are noisy).", "",
              "| point | mode | T ms (p50) | action Hz | tok/s | speedup | overhead % (build/sample/other) | "
-             "batch | ideal ms | eff. | peak MB (×iso) | KV used MB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "batch | ideal ms | eff. | peak MB (×iso) | KV used MB | warm-up s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["summary"]:
         lines.append(
             f"| {r['point']} | {r['mode']} | {_f(r['frame_time_ms'])} ({_f(r['frame_time_median_ms'])}) | "
             f"{_f(r['action_hz'])} | {_f(r['tok_s'])} | {_f(r['speedup'], 2)}× | {_f(r['overhead_pct'], 2)} "
             f"({_f(r['build_pct'], 2)}/{_f(r['sample_pct'], 2)}/{_f(r['other_pct'], 2)}) | "
             f"{_f(r['decode_batch_mean'])} | {_f(r['ideal_ms'])} | {_f(r['efficiency'], 2)} | "
-            f"{_f(r['peak_mem_mb'], 0)} ({_f(r['mem_ratio'], 2)}) | {_f(r['kv_used_peak_mb'], 1)} |")
+            f"{_f(r['peak_mem_mb'], 0)} ({_f(r['mem_ratio'], 2)}) | {_f(r['kv_used_peak_mb'], 1)} | "
+            f"{_f(r.get('warmup_s', 0.0), 1)} |")
     lines += ["", "| target | status | worst | at |", "|---|---|---|---|"]
     for t in doc["targets"]:
         lines.append(f"| {t['target']} | {t['status']} | {_f(t['worst'], 2)} | {t['at'] or '–'} |")
+    if doc.get("action_path"):
+        lines += ["", "| cameras | action path ms (prefill + denoise, p50) | warm-up s |", "|---|---|---|"]
+        lines += [f"| {x['cameras']} | {_f(x['ms'], 2)} | {_f(x['warmup_s'], 1)} |" for x in doc["action_path"]]
     if doc.get("skipped"):
         lines += ["", f"Skipped (time budget): {', '.join(doc['skipped'])}"]
     return "\n".join(lines) + "\n"

@@ -96,6 +96,7 @@ class BenchPoint:
     horizon: int      # H actions per chunk
     frames: int       # measured frames
     seed: int = 0
+    compile: str = "none"  # engine.compile of every mode at this point
 
     @property
     def warmup(self) -> int:
@@ -106,19 +107,22 @@ class BenchPoint:
     @property
     def key(self) -> str:
         """Short label, e.g. ``libero S10 N30 k1 uniform:1``."""
-        return f"{self.layout} S{self.steps} N{self.tokens} k{self.k} {self.arrival}"
+        tail = "" if self.compile == "none" else f" compile:{self.compile}"
+        return f"{self.layout} S{self.steps} N{self.tokens} k{self.k} {self.arrival}{tail}"
 
     def to_dict(self) -> dict:
         """JSON form (with the derived warm-up)."""
         return {**asdict(self), "warmup": self.warmup, "key": self.key}
 
 
-def product_points(layouts, steps, tokens, ks, arrivals, horizon: int, frames: int, seed: int) -> list[BenchPoint]:
-    """Cartesian product of the axes; ``ks=None`` → every divisor of N, else those in ``ks`` dividing N."""
+def product_points(layouts, steps, tokens, ks, arrivals, horizon: int, frames: int, seed: int,
+                   compiles=("none",)) -> list[BenchPoint]:
+    """Cartesian product of the axes; ``ks=None`` → every divisor of N, else those in ``ks`` dividing N.
+    Compile modes vary slowest, so eager and compiled points of one run share its conditions."""
     pts = []
-    for lay, s, n, arr in itertools.product(layouts, steps, tokens, arrivals):
+    for c, lay, s, n, arr in itertools.product(compiles, layouts, steps, tokens, arrivals):
         for k in divisors(n) if ks is None else [k for k in ks if n % k == 0]:
-            pts.append(BenchPoint(lay, s, n, k, arr, horizon, frames, seed))
+            pts.append(BenchPoint(lay, s, n, k, arr, horizon, frames, seed, c))
     return pts
 
 

@@ -282,7 +282,7 @@ class EngineConfig:
     requests_per_frame: float = 1.0
     max_running_requests: int = 0
     max_queued_requests: int = 64
-    max_queue_wait_s: float = 10.0
+    max_queue_wait_s: float = 30.0
     max_overtakes: int = 8
     seed: int = 0
     num_denoise_steps: int = 0

@@ -5,8 +5,7 @@ import random
 import torch
 
 from oxygen_ros.core.cache.block_pool import BlockTable
-from oxygen_ros.core.cache.kv_pool import (KVPool, PagedDecodeView, PagedExtendView, PagedPrefillView,
-                                           paged_denoise_view)
+from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView, paged_denoise_view
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model.weights import random_pretrained
 from oxygen_ros.core.model.kv import DenseKVCache
@@ -77,34 +76,3 @@ def test_paged_prefill_extend_denoise_match_dense():
 
 def test_bytes_per_block():
     assert KVPool.bytes_per_block(18, 16, 1, 256, torch.bfloat16) == 2 * 18 * 16 * 256 * 2
-
-
-@torch.inference_mode()
-def test_decode_view_over_padded_rows_matches_extend_view():
-    m = _model()
-    torch.manual_seed(1)
-    emb = torch.randn(2, 9, CFG.vlm.width)
-    valid = torch.ones(2, 9, dtype=torch.bool)
-    valid[1, 6:] = False
-    pools, tables = [], []
-    for _ in range(2):
-        pool = _scrambled_pool()
-        tb = [BlockTable(pool.blocks) for _ in range(2)]
-        slots = [t.append(int(valid[i].sum())) for i, t in enumerate(tb)]
-        m.prefill(emb, valid, PagedPrefillView(pool, valid, slots))
-        for t in tb:
-            t.reserve(t.num_tokens + 8)  # room for decoded tokens, as the engine reserves
-        pools.append(pool)
-        tables.append(tb)
-    ids = torch.tensor([[17], [23]])
-    ones = torch.ones(2, 1, dtype=torch.bool)
-    # reference: per-row lists
-    past = [t.slots for t in tables[0]]
-    new = [t.append(1) for t in tables[0]]
-    ref = m.decode_step(PagedExtendView.from_lists(pools[0], past, new, ones), ids, ones)
-    # fast path: one padded row per sequence with spare (masked) columns
-    rows = [torch.as_tensor([t.slot(j) for j in range(t.capacity)]) for t in tables[1]]
-    read = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
-    pos = torch.as_tensor([t.num_tokens for t in tables[1]])
-    out = m.decode_step(PagedDecodeView(pools[1], read, pos), ids, ones)
-    assert torch.allclose(ref, out, atol=1e-5)

@@ -1,9 +1,10 @@
 """The K/V tensor pool and the paged attention views the model runs over.
 
-One preallocated tensor per K and V: ``[num_layers, num_blocks * block_size, KVH, D]``. Writes go
+One preallocated tensor per K and V: ``[num_layers, (num_blocks + 1) * block_size, KVH, D]`` (the
+last block is the null block). Writes go
 through a slot mapping (one slot id per new valid token); reads gather each row's slot list — the
-reference path that runs everywhere (CPU included). A paged-attention kernel on CUDA can replace
-:meth:`PagedExtendView.attend_kv` without touching the model math (it only sees views).
+reference path that runs everywhere (CPU included). The engine's per-step decode reads the pool
+through block tables instead (:mod:`.paged`: FlexAttention, or the gather reference).
 """
 
 from __future__ import annotations
@@ -151,31 +152,6 @@ class PagedExtendView(ViewBase):
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.pool.write(layer, self._new, k[self._rows, self._cols], v[self._rows, self._cols])
-        return self.pool.gather(layer, self._read)
-
-
-class PagedDecodeView(ViewBase):
-    """One decode step (one new token per row) over fixed slot rows — the cheap per-step view.
-
-    Args:
-        pool: the K/V pool.
-        read: ``[B, W]`` slot rows on the pool's device (each row: its sequence's slots in
-            position order, at least ``pos[b] + 1`` long; slots past ``pos[b]`` are masked), reused
-            unchanged for every step of a frame while the batch stays the same.
-        pos: ``[B]`` int64 position of each row's new token (= tokens stored before it).
-    """
-
-    def __init__(self, pool: KVPool, read: Tensor, pos: Tensor) -> None:
-        self.pool = pool
-        self._read = read
-        pos = pos.to(read.device)
-        self.positions = pos[:, None]
-        self._new = read.gather(1, pos[:, None])[:, 0]
-        s = torch.arange(read.shape[1], device=read.device)
-        self.allowed = (s[None, :] <= pos[:, None])[:, None, :]
-
-    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.pool.write(layer, self._new, k[:, 0], v[:, 0])
         return self.pool.gather(layer, self._read)
 
 

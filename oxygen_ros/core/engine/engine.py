@@ -44,8 +44,9 @@ class Engine:
         self.policy = policy
         mc = policy.cfg
         self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
-        if not self.cfg.max_running_requests:  # auto: as many as the pool holds in flight
-            self.cfg = dataclasses.replace(self.cfg, max_running_requests=max(1, self.pool_plan.sustained))
+        if not self.cfg.max_running_requests:  # auto: the workload's in-flight count (blocks still gate)
+            n = max(1, self.pool_plan.sustained, self.pool_plan.in_flight)
+            self.cfg = dataclasses.replace(self.cfg, max_running_requests=n)
         self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
@@ -114,10 +115,8 @@ class Engine:
 
     # ------------------------------------------------------------------ one frame
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
-        """Run one control frame (see module doc). Never raises: a bad observation gives
-        ``action=None`` with ``error`` set and is counted in ``dropped_observations``; an exception
-        in a stage is contained (:mod:`.faults`) — the chunk is dropped with the reason, or the
-        requests the failing step touched end as FAILED with blocks released; ``faults`` lists it."""
+        """Run one control frame (see module doc). Never raises: bad input or a stage exception
+        (contained, :mod:`.faults`) drops the chunk with ``error`` set, or fails the touched requests."""
         t0 = time.perf_counter()
         self.pool.blocks.reclaim(self.streams.is_done)
         obs, new, cancels = self._drain()
@@ -134,9 +133,8 @@ class Engine:
             f = self.faults.record("frame", e, [r.id for r in live])
             self.book.fail(live, f"failed in frame: {f.error}")
             action, error = None, f"frame failed: {f.error}"
-        if self._prefix is not None:
+        if self._prefix is not None:  # the frame's reference; requests on it hold their own
             self.pool.blocks.free(self._prefix.blocks, self.streams.fence())
-            self._prefix = None
         self.scheduler.drop_terminal()
         m.frame_time = time.perf_counter() - t0
         m.bookkeeping = max(0.0, m.frame_time - m.vision - m.prefill - m.denoise - m.decode - m.extra.get("start", 0.0))
@@ -268,21 +266,23 @@ class Engine:
                 if not batch or not self._decode_once(batch, m):
                     break
 
-    def warmup(self, frames: int = 1) -> float:
+    def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
         """Run every hot-path shape once before the engine reports :attr:`ready`: one throw-away
         frame per camera count (vision / prefill / denoise buckets), one decode step per batch
         bucket (on padding rows that touch only the null block), then ``frames - 1`` more blank
         frames. With ``compile`` this is where every graph is compiled / captured.
 
-        Leaves no trace: frame ids restart at 0 and nothing is queued or held. Call before
-        submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
+        ``cameras``: the camera counts to warm (default: 1 … all slots — a stale camera changes the
+        count at run time). Leaves no trace: frame ids restart at 0 and nothing is queued or held.
+        Call before submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
         apart from steady-state frame times).
         """
         t0 = time.perf_counter()
         slots = self.policy.cfg.image_slots
         size = self.policy.cfg.vision.image_size
         state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in range(1, len(slots) + 1)]
+        counts = cameras or list(range(1, len(slots) + 1))
+        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
         if not self.runner.static:
             blanks = blanks[-1:]
         for images in blanks + [blanks[-1]] * max(frames - 1, 0):

@@ -25,7 +25,7 @@ from .compiled import Stage
 from .frame import FramePrefix
 from .requests import LanguageRequest
 from .step_buffers import DecodeBatch, StepBuffers
-from .steps import decode_tokens, denoise_actions, prefill_prefix
+from .steps import decode_tokens, denoise_actions, denoise_one_step, prefill_prefix, prefix_scratch
 from .streams import DeviceStreams
 
 __all__ = ["Runner", "FramePrefix"]
@@ -50,7 +50,10 @@ class Runner:
         mode = cfg.compile
         self.vision = Stage("vision", lambda px: m.vision(px).to(m.dtype), mode, cams)
         self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams)
-        self.denoise_stage = Stage("denoise", lambda *a: denoise_actions(m, *a), mode, cams)
+        # CUDA: the whole S-step loop is one compiled / captured region; CPU: one step per call
+        self.denoise_loop = pool.device.type == "cuda"
+        fn = denoise_actions if self.denoise_loop else denoise_one_step
+        self.denoise_stage = Stage("denoise", lambda *a: fn(m, *a), mode, cams)
         self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets))
         self._conds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -113,10 +116,27 @@ class Runner:
         read = torch.full((1, prefix.bucket), self.pool.null_slot, dtype=torch.long)
         read[0, : prefix.length] = prefix.slot_tensor
         conds, dt = self.time_conditions(num_steps)
-        args = (self.pool.k, self.pool.v, self.pool.block_size, read.to(dev),
-                torch.tensor([prefix.length], device=dev), noise.to(device=dev, dtype=torch.float32), conds, dt,
-                prefix.bucket > prefix.length)
-        return self.denoise_stage.checked(lambda x: bool(torch.isfinite(x).all()), *args)
+        lengths, padded = torch.tensor([prefix.length], device=dev), prefix.bucket > prefix.length
+        noise = noise.to(device=dev, dtype=torch.float32)
+        st = self.denoise_stage
+        if self.denoise_loop:
+            args = (self.pool.k, self.pool.v, self.pool.block_size, read.to(dev), lengths, noise, conds, dt, padded)
+            return st.checked(lambda x: bool(torch.isfinite(x).all()), *args)
+
+        def loop(step) -> torch.Tensor:
+            k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read.to(dev), noise.shape[1])
+            x = noise
+            for i in range(num_steps):
+                x = step(k, v, lengths, x, conds[i], dt, padded)
+            return x
+
+        x = loop(st)
+        if st.compiled and not bool(torch.isfinite(x).all()):
+            ref = loop(st.eager)
+            if bool(torch.isfinite(ref).all()):
+                st.fall_back("compiled output was non-finite where eager was finite")
+                return ref
+        return x
 
     def actions(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> np.ndarray:
         """Action chunk ``[H, robot_dim]`` (robot units) over the read-only prefix.

@@ -67,11 +67,24 @@ def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size
     Returns:
         ``[1, H, action_dim]`` float32 normalised actions.
     """
-    pool = KVTensors(pool_k, pool_v, block_size)
-    ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
-    k, v = denoise_scratch(list(ks), list(vs), noise.shape[1])
+    k, v = prefix_scratch(pool_k, pool_v, block_size, read, noise.shape[1])
     view = DenoiseView(k, v, lengths, noise.shape[1], padded)
     return model.integrate(view, noise, conds, dt)
+
+
+def prefix_scratch(pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor, horizon: int) -> tuple[Tensor, Tensor]:
+    """The denoise scratch ``[L, 1, P + H, KVH, D]`` with the prefix slots ``read`` copied in."""
+    pool = KVTensors(pool_k, pool_v, block_size)
+    ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
+    return denoise_scratch(list(ks), list(vs), horizon)
+
+
+def denoise_one_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor,
+                     dt: Tensor, padded: bool) -> Tensor:
+    """One Euler step ``x + dt * v(x, t)`` over a denoise scratch (the per-step compiled region,
+    used on the CPU where compiling the unrolled S-step loop costs far more than it saves)."""
+    view = DenoiseView(k, v, lengths, x.shape[1], padded)
+    return x + dt * model.denoise_step(view, x, None, cond)
 
 
 def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, flex: bool,

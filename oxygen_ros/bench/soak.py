@@ -1,0 +1,269 @@
+"""``chaos_soak``: thousands of pi05-tiny frames under random load and injected faults, checked.
+
+Two runs of the same seeded workload in one process — a fault-free reference and the chaos run —
+on the same weights. The workload (drawn up front, so both runs get the same one): random
+language asks (Poisson arrivals, random budgets, greedy or seeded sampling, stop ids), a periodic
+task, random cancels (and a cancel arriving while a request runs its last step), EOS from the
+random weights, over-long asks and over-long instructions, all on a pool sized to run near
+exhaustion. The chaos run also gets, every few hundred frames, an exception in a random stage
+(vision, prefill, denoise, decode forward, sampling, detokenising; some as out-of-memory errors)
+and, in between, NaN logits in one row of a decode batch — injected by wrapping the real stage
+functions (:mod:`.injection`).
+
+Checked: the pool invariant after every frame; no block in use whenever nothing is running or
+queued, and none after the drain at the end; every request untouched by a fault and admitted on
+the same frame as in the reference ends with the reference's status and exactly its tokens;
+process RSS at frame 1,000 vs the end (flat after warm-up).
+
+    chaos_soak                   # 10,000 frames (the README's figures)
+    chaos_soak --frames 2000     # the CI version (a slow test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import psutil
+import torch
+
+from ..core.config import EngineConfig, TaskConfig
+from ..core.engine.engine import Engine
+from ..core.engine.requests import RequestStatus
+from ..core.policy import Pi05Policy
+from ..core.types import Observation
+from .injection import STAGES, FaultInjector
+
+TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=16),
+         TaskConfig("memory", "Memory: ", max_new_tokens=6, every_n_frames=50))
+RSS_FRAME = 1000
+
+
+def soak_config() -> EngineConfig:
+    """Engine of the soak: k = 2, a 40-block pool (room for ~5 requests in flight beside the action
+    path while ~6 arrive per lifetime: near exhaustion), bounded queue, no wall-clock expiry (both
+    runs must admit alike)."""
+    return EngineConfig(tasks=TASKS, tokens_per_frame=2, kv_blocks=40, max_running_requests=8,
+                        max_queued_requests=8, max_queue_wait_s=0.0, max_overtakes=4)
+
+
+@dataclass
+class FramePlan:
+    """What happens at one frame: asks ``(text, max_new_tokens, temperature, seed, stop_ids)``,
+    cancels (indices into all asks so far), the instruction, the injected fault (chaos run)."""
+
+    asks: list[tuple] = field(default_factory=list)
+    cancels: list[int] = field(default_factory=list)
+    instruction: str = "stack the blocks"
+    last_step_cancel: bool = False
+    fault: str | None = None  # a stage, "<stage>:oom", or "nan" (row ``nan_row`` of the batch)
+    nan_row: int = 0
+
+
+def workload(frames: int, seed: int) -> list[FramePlan]:
+    """The seeded per-frame plan (identical for both runs)."""
+    rng = np.random.default_rng(seed)
+    plans, asked = [], 0
+    next_fault = int(rng.integers(100, 400))
+    next_nan = int(rng.integers(150, 450))
+    for f in range(frames):
+        p = FramePlan()
+        for _ in range(int(rng.poisson(0.7))):
+            kind = rng.random()
+            if kind < 0.03:
+                p.asks.append(("tell me " + "everything " * 300, 8, 0.0, None, ()))  # prompt never fits
+            elif kind < 0.05:
+                p.asks.append(("all of it", 1000, 0.0, None, ()))  # budget never fits: rejected at submission
+            else:
+                n = int(rng.choice([1, 2, 4, 8, 12, 16]))
+                temp, s = (0.0, None) if rng.random() < 0.5 else (1.0, int(rng.integers(1 << 30)))
+                stop = tuple(int(x) for x in rng.integers(3, 512, 8)) if rng.random() < 0.2 else ()
+                p.asks.append((f"what is at step {f}?", n, temp, s, stop))
+            asked += 1
+        if asked and rng.random() < 0.06:
+            p.cancels.append(int(rng.integers(asked)))
+        p.last_step_cancel = rng.random() < 0.05
+        if rng.random() < 0.002:
+            p.instruction = "move " * 200  # over-long instruction: the observation is dropped
+        if f == next_fault:
+            stage = str(rng.choice(STAGES))
+            p.fault = stage + (":oom" if rng.random() < 0.25 else "")
+            next_fault += int(rng.integers(100, 400))
+        elif f == next_nan:
+            p.fault, p.nan_row = "nan", int(rng.integers(8))
+            next_nan += int(rng.integers(150, 450))
+        plans.append(p)
+    return plans
+
+
+def observations(seed: int, n: int = 8) -> list[dict]:
+    """A few camera images the frames cycle through (one or two cameras)."""
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    for i in range(n):
+        imgs = {"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)}
+        if i % 2:
+            imgs["left_wrist_0_rgb"] = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+        out.append(imgs)
+    return out
+
+
+@dataclass
+class RunReport:
+    """Outcome of one run."""
+
+    frames: int = 0
+    results: dict[int, tuple] = field(default_factory=dict)  # id -> (status, frame_id, tokens)
+    touched: set[int] = field(default_factory=set)
+    injected: Counter = field(default_factory=Counter)
+    faults: dict[str, int] = field(default_factory=dict)
+    invariant_checks: int = 0
+    idle_leaks: int = 0
+    leaked_blocks: int = -1
+    dropped_frames: int = 0
+    peak_blocks: int = 0
+    frames_with_queue: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    rss_mib: dict[int, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _cancel_last_step(eng: Engine) -> None:
+    """Cancel, from "another thread", a running request whose current step emits its last token."""
+    for r in eng.scheduler.running:
+        if r.status == RequestStatus.RUNNING and r.remaining == 1:
+            eng.cancel(r.id)
+            return
+
+
+def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, progress: bool = False) -> RunReport:
+    """One run of ``plans`` (faults only when ``chaos``)."""
+    eng = Engine(policy, soak_config())
+    rep, images, proc = RunReport(), observations(seed), psutil.Process()
+    rng = np.random.default_rng(seed + 2)
+    asked: list[int] = []
+    t0 = time.perf_counter()
+    with FaultInjector(eng) as inj:
+        for f, p in enumerate(plans):
+            eng.submit_observation(Observation(images=images[f % len(images)], state=rng.uniform(-1, 1, 14)
+                                               .astype(np.float32), instruction=p.instruction, stamp=f * 0.02))
+            asked += [eng.submit_request("conversation", t, n, temperature=tp, seed=s, stop_ids=st)
+                      for t, n, tp, s, st in p.asks]
+            for i in p.cancels:
+                eng.cancel(asked[i])
+            if p.last_step_cancel:
+                inj.on_next_call("decode", lambda: _cancel_last_step(eng))
+            if chaos and p.fault == "nan":
+                inj.arm_nan_row(p.nan_row)
+            elif chaos and p.fault:
+                stage, _, oom = p.fault.partition(":")
+                inj.arm(stage, torch.OutOfMemoryError(f"CUDA out of memory (injected in {stage})") if oom
+                        else RuntimeError(f"injected fault in {stage}"))
+            r = eng.step()
+            _record(eng, r, rep)
+            inj.disarm()  # a fault whose stage did not run this frame is not carried over
+            if f + 1 == RSS_FRAME or f + 1 == len(plans):
+                gc.collect()
+                rep.rss_mib[f + 1] = proc.memory_info().rss / 2**20
+            if progress and (f + 1) % 1000 == 0:
+                print(f"  {'chaos' if chaos else 'reference'} frame {f + 1}: {time.perf_counter() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
+        rep.injected = Counter(k for k, _ in inj.fired)
+    while eng.running or eng.queued:  # drain: nothing new, every request ends
+        eng.submit_observation(Observation(images=images[0], state=np.zeros(14, np.float32), instruction="x"))
+        _record(eng, eng.step(), rep)
+    rep.frames, rep.seconds = len(plans), time.perf_counter() - t0
+    rep.leaked_blocks = eng.pool.blocks.num_in_use
+    rep.faults = dict(eng.faults.counts)
+    return rep
+
+
+def _record(eng: Engine, r, rep: RunReport) -> None:
+    eng.check_invariants()
+    rep.invariant_checks += 1
+    if not eng.running and not eng.queued and eng.pool.blocks.num_in_use:
+        rep.idle_leaks += 1
+    rep.dropped_frames += int(r.action is None)
+    rep.peak_blocks = max(rep.peak_blocks, r.metrics.blocks_in_use)
+    rep.frames_with_queue += int(eng.queued > 0)
+    for fl in r.faults:
+        rep.touched.update(fl.request_ids)
+    for e in r.ended:
+        if e.status == RequestStatus.FAILED and e.reason == "non-finite token distribution":
+            rep.touched.add(e.id)
+        rep.results[e.id] = (int(e.status), e.frame_id, tuple(e.token_ids))
+        rep.statuses[e.status.name.lower()] += 1
+
+
+def compare(ref: RunReport, chaos: RunReport) -> dict[str, int]:
+    """Untouched requests admitted on the same frame in both runs must end alike, token for token."""
+    out = Counter()
+    for rid, (status, frame, toks) in chaos.results.items():
+        if rid in chaos.touched:
+            out["touched"] += 1
+            continue
+        rs, rf, rt = ref.results[rid]
+        if frame != rf:
+            out["rescheduled"] += 1
+        elif (status, toks) == (rs, rt):
+            out["identical"] += 1
+        else:
+            out["mismatched"] += 1
+    return dict(out)
+
+
+def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False) -> dict:
+    """Both runs and the checks; returns the report (see module doc). ``threads``: torch intra-op
+    threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes)."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu", seed=seed)
+    plans = workload(frames, seed)
+    ref = run(policy, plans, seed, chaos=False, progress=progress)
+    chaos = run(policy, plans, seed, chaos=True, progress=progress)
+    cmp = compare(ref, chaos)
+    rss = chaos.rss_mib
+    report = {
+        "frames": frames, "seed": seed, "requests": len(chaos.results),
+        "faults_injected": dict(sorted(chaos.injected.items())), "faults_contained": chaos.faults,
+        "invariant_checks": chaos.invariant_checks, "idle_frames_with_blocks_in_use": chaos.idle_leaks,
+        "leaked_blocks": chaos.leaked_blocks, "reference_leaked_blocks": ref.leaked_blocks,
+        "frames_without_chunk": chaos.dropped_frames, "pool_blocks": soak_config().kv_blocks,
+        "peak_blocks_in_use_after_frame": chaos.peak_blocks, "frames_with_queued_requests": chaos.frames_with_queue, "statuses": dict(chaos.statuses), "comparison": cmp,
+        "rss_mib_at_1000": round(rss.get(RSS_FRAME, float("nan")), 1), "rss_mib_at_end": round(rss[frames], 1),
+        "seconds": {"reference": round(ref.seconds, 1), "chaos": round(chaos.seconds, 1)},
+    }
+    report["ok"] = bool(chaos.leaked_blocks == 0 and ref.leaked_blocks == 0 and chaos.idle_leaks == 0
+                        and not cmp.get("mismatched") and (frames < RSS_FRAME + 500
+                                                           or report["rss_mib_at_end"] - report["rss_mib_at_1000"] < 32))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: prints the JSON report; exit status 1 if a check failed."""
+    ap = argparse.ArgumentParser(prog="chaos_soak", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--json", help="also write the report to this file")
+    a = ap.parse_args(argv)
+    report = soak(a.frames, a.seed, a.threads, progress=True)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as fh:
+            fh.write(text + "\n")
+    return 0 if report["ok"] else 1
+
+
+__all__ = ["soak", "workload", "run", "compare", "soak_config", "main", "FramePlan", "RunReport"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
