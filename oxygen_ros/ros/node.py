@@ -22,7 +22,8 @@ import time
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.context import Context
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
@@ -205,7 +206,7 @@ class OxygenNode(LifecycleNode):
             self.get_logger().debug(f'diagnostics skipped: {type(exc).__name__}: {exc}')
 
 
-def make_executor(context=None):
+def make_executor(context: Context | None = None) -> tuple[Executor, str]:
     """The node's executor: rclpy's C++ ``EventsExecutor`` where rclpy has it (Kilted and newer),
     else the ``SingleThreadedExecutor``; returns ``(executor, kind)``.
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import time
 import weakref
 
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'

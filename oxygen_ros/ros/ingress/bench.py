@@ -6,7 +6,9 @@ One command, one node process, interleaved phases (issue 14, deliverable 4)::
 
 starts the ``oxygen`` node (pi05-tiny, one intra-op thread, three raw 224×224 cameras), a feed
 process (:mod:`oxygen_ros.ros.ingress.feed`: cameras at 30 Hz, joint states alternating 30 Hz /
-1 kHz every ``window`` seconds) and a listener in this process. After warm-up it cuts the listener's
+1 kHz every ``window`` seconds; in the 30 Hz phases the 1 kHz stream goes on to an unsubscribed
+topic, so the machine carries the same publishing load in both and only what the node receives
+differs — ``--no-decoy`` turns that off) and a listener in this process. After warm-up it cuts the listener's
 chunk receive times into the phases (the first ``settle`` seconds of each are skipped) and reports
 per phase the median chunk period, the node's median frame time (its /diagnostics), the joint
 states the node took in and the node process's CPU use (cores, from /proc via psutil — a measure
@@ -36,7 +38,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.ingress.feed import CAMERA_TOPICS, phase_of
+from oxygen_ros.ros.ingress.feed import CAMERA_TOPICS
 from oxygen_ros.ros.qos import reliable_qos
 
 __all__ = ['phase_report', 'main']
