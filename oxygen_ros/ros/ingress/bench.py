@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -181,7 +182,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     'unsubscribed topic, so both phases load the machine alike)')
     ap.add_argument('--domain', type=int, default=None, help='ROS domain id (default: a free one)')
     ap.add_argument('--json', type=Path, default=None, help='write the report here')
-    ap.add_argument('--log', type=Path, default=Path('ingress_node.log'), help='node output')
+    ap.add_argument('--log', type=Path, default=Path(tempfile.gettempdir()) / 'ingress_node.log',
+                    help='node output')
     return ap.parse_args(argv)
 
 
