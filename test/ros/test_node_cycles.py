@@ -40,7 +40,7 @@ CYCLES = int(os.environ.get('OXYGEN_LIFECYCLE_CYCLES', '100'))  # fewer only for
 WARMUP = 20
 # RSS tolerance. The first ~20 cycles grow RSS by ~10 MiB (glibc arenas of the executor, DDS and
 # inference threads filling up, torch's CPU allocator caches) and then it stays nearly flat
-# (measured here: +7 to +7.5 MiB from cycle 20 to 100, ~90 KiB per cycle). A leak of what a cycle
+# (measured here: +1.5 to +7.5 MiB from cycle 20 to 100, <= ~90 KiB per cycle). A leak of what a cycle
 # allocates — the pi05-tiny model + its KV pool, 1.1 – 2.3 MiB with the pool sizes seen so far
 # (``footprint`` below, measured each run), also caught directly by the weakref check — would add
 # >= 88 MiB over 80 cycles. The bound, 24 MiB over the 80 cycles after warm-up (300 KiB per cycle,
