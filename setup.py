@@ -32,6 +32,7 @@ setup(
             "bag_player = oxygen_ros.bags.player:main",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",
             "oxygen_node = oxygen_ros.ros.node:main",
+            "ingress_bench = oxygen_ros.ros.ingress.bench:main",
             "aloha_sim = oxygen_ros.sim.node:main",
             "closed_loop = oxygen_ros.sim.closed_loop.run:main",
             "norm_stats = oxygen_ros.stats.tool:main",

@@ -2,8 +2,12 @@
 
 Every callback is short and never waits for inference: images are stored undecoded in the
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` (decoded later, only when used), joint states
-are picked by name and buffered, asks are queued in the engine. Bad input is counted and reported
-in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged once per kind), never raised.
+arrive as serialized bytes (``raw=True``; ``/joint_states`` runs at the controller rate, up to
+1 kHz) and are read by :class:`~oxygen_ros.ros.convert.JointStateDecoder` (no Python message is
+built), picked by name and buffered; asks are queued in the engine. Every joint state is counted
+by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
+Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
+once per kind), never raised.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from oxygen_ros.ros.convert import (
+    JointStateDecoder,
     JointStateError,
+    StampBook,
     compressed_to_rgb,
     image_to_rgb,
-    joint_state_to_vector,
-    StampBook,
 )
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
@@ -64,6 +68,9 @@ class InputHandler:
         self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
         self.active = False
         self.asks = 0
+        self.joint_state_counts = dict.fromkeys(
+            ('received', 'accepted', 'bad', 'out_of_order', 'inactive'), 0)
+        self._joints = JointStateDecoder(cfg.state_joint_names or cfg.joint_names)
         self.ignored_inactive = 0
         self.zero_stamps = 0
         self.stamps = StampBook()
@@ -78,7 +85,7 @@ class InputHandler:
                 callback_group=sensors))
         self._subs.append(node.create_subscription(
             JointState, cfg.joint_state_topic, self._on_joint_state,
-            qos_from_name(cfg.joint_state_qos), callback_group=sensors))
+            qos_from_name(cfg.joint_state_qos), callback_group=sensors, raw=True))
         self._subs.append(node.create_subscription(
             String, cfg.instruction_topic, self._on_instruction, qos_from_name(cfg.instruction_qos),
             callback_group=language))
@@ -101,7 +108,10 @@ class InputHandler:
             self._node.get_logger().warning(f'{kind}: {message} (further ones are only counted)')
 
     def _stamp(self, msg: Any, what: str) -> float:
-        stamp = self.stamps.remember(msg.header.stamp)
+        return self._stamp_parts(msg.header.stamp.sec, msg.header.stamp.nanosec, what)
+
+    def _stamp_parts(self, sec: int, nanosec: int, what: str) -> float:
+        stamp = self.stamps.remember_parts(sec, nanosec)
         if stamp == 0.0:  # publisher without stamps: use the receive time on the node's clock
             self.zero_stamps += 1
             self._report('zero_stamp', f'{what} has no header stamp; using the receive time')
@@ -125,17 +135,23 @@ class InputHandler:
         stamp = self._stamp(msg, f'camera {slot}')
         self._verdict(self._asm.add_image(slot, stamp, msg), f'camera {slot}', stamp)
 
-    def _on_joint_state(self, msg: JointState) -> None:
+    def _on_joint_state(self, data: bytes) -> None:
+        counts = self.joint_state_counts
+        counts['received'] += 1
         if not self.active:
+            counts['inactive'] += 1
             self.ignored_inactive += 1
             return
         try:
-            state = joint_state_to_vector(msg, self._cfg.state_joint_names or self._cfg.joint_names)
+            sec, nanosec, state = self._joints.decode(data)
         except JointStateError as exc:
+            counts['bad'] += 1
             self._report('bad_joint_state', f'{exc}; message dropped')
             return
-        stamp = self._stamp(msg, 'joint state')
-        self._verdict(self._asm.add_state(stamp, state), 'joint state', stamp)
+        stamp = self._stamp_parts(sec, nanosec, 'joint state')
+        verdict = self._asm.add_state(stamp, state)
+        counts['out_of_order' if verdict is Verdict.OUT_OF_ORDER else 'accepted'] += 1
+        self._verdict(verdict, 'joint state', stamp)
 
     def _on_instruction(self, msg: String) -> None:
         self._asm.set_instruction(msg.data)

@@ -7,7 +7,7 @@ Lifecycle (rclpy.lifecycle):
 - *deactivate*: stop them, drop buffered input; *cleanup*: free the model and the KV pool.
 With ``autostart`` (default) :func:`main` takes the node to *active* right away.
 
-Threads: a SingleThreadedExecutor runs the (short) callbacks (callback groups: sensors, language
+Threads: one executor (rclpy's C++ EventsExecutor where available, see :func:`make_executor`) runs the (short) callbacks (callback groups: sensors, language
 inputs, command timer, diagnostics timer, lifecycle services) and one inference thread runs the engine
 (:mod:`oxygen_ros.ros.inference`). /diagnostics is published in every state.
 """
@@ -15,13 +15,15 @@ inputs, command timer, diagnostics timer, lifecycle services) and one inference 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.context import Context
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
@@ -34,7 +36,7 @@ from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.params import ParamError
 
-__all__ = ['OxygenNode', 'main']
+__all__ = ['OxygenNode', 'main', 'make_executor']
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
@@ -207,6 +209,27 @@ class OxygenNode(LifecycleNode):
             self.get_logger().debug(f'diagnostics skipped: {type(exc).__name__}: {exc}')
 
 
+def make_executor(context: Context | None = None) -> tuple[Executor, str]:
+    """The node's executor: rclpy's C++ ``EventsExecutor`` where rclpy has it (Kilted and newer),
+    else the ``SingleThreadedExecutor``; returns ``(executor, kind)``.
+
+    Why (issue 14): the executor thread and the inference thread share one interpreter (one GIL).
+    The Python ``SingleThreadedExecutor`` rebuilds its wait set and runs a Python task for every
+    message — ≈0.3–0.5 ms of GIL per message, so ``/joint_states`` at 1 kHz costs the inference
+    thread about half of its interpreter time. The ``EventsExecutor`` waits and dispatches in C++
+    and holds the GIL only for the message conversion and our (short) callback.
+    ``OXYGEN_EXECUTOR=single`` in the environment forces the ``SingleThreadedExecutor`` (for
+    comparison in the ingress benchmark).
+    """
+    if os.environ.get('OXYGEN_EXECUTOR', '') == 'single':
+        return SingleThreadedExecutor(context=context), 'SingleThreadedExecutor'
+    try:
+        from rclpy.experimental import EventsExecutor
+    except ImportError:
+        return SingleThreadedExecutor(context=context), 'SingleThreadedExecutor'
+    return EventsExecutor(context=context), 'EventsExecutor'
+
+
 def main(args: list[str] | None = None) -> int:
     """Console script ``oxygen_node``: run the node until SIGINT; returns the exit status (0)."""
     rclpy.init(args=args)
@@ -217,13 +240,15 @@ def main(args: list[str] | None = None) -> int:
     node = OxygenNode()
     # One executor thread: every callback is short (inference has its own thread). rclpy's
     # MultiThreadedExecutor busy-spins over its task list and starves the inference thread of the GIL.
-    executor = SingleThreadedExecutor()
+    executor, kind = make_executor()
     executor.add_node(node)
+    node.get_logger().info(f'executor: {kind}')
     try:
         if node.get_parameter('autostart').value is not False:
             if node.trigger_configure() == SUCCESS:
                 node.trigger_activate()
-        executor.spin()
+        while rclpy.ok():  # EventsExecutor.spin() of rclpy 9.1.2 dispatches nothing; spin_once does
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

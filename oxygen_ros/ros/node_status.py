@@ -64,6 +64,7 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     values.update(node.assembler.counts())
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
+        values.update({f'joint_states_{k}': v for k, v in node.inputs.joint_state_counts.items()})
     values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
     return values
 

@@ -129,6 +129,7 @@ class ObservationAssembler:
         self.dropped_out_of_order = 0
         self.time_jumps = 0
         self.decode_errors = 0
+        self.state_offset_us = -1  # |newest image - matched state| of the last observation, µs
 
     # ------------------------------------------------------------------ inputs (any thread)
     def _order(self, newest: float | None, stamp: float) -> Verdict:
@@ -297,6 +298,7 @@ class ObservationAssembler:
             if require_new and key == self._last_key:
                 return Assembly(stale=notes, errors=errors)
             self._last_key = key
+            self.state_offset_us = round(abs(nearest[0] - max(fresh.values())) * 1e6)
             for cam in self._cams.values():
                 cam.since_frame = False
             images: dict[str, np.ndarray | None] = {s: None for s in self.cfg.slots}
@@ -308,10 +310,12 @@ class ObservationAssembler:
         return Assembly(observation=obs, stale=notes, errors=errors)
 
     def counts(self) -> dict[str, int]:
-        """Counters: out-of-order drops, time jumps, image decode errors, images per camera."""
+        """Counters: out-of-order drops, time jumps, image decode errors, images per camera, and
+        ``state_offset_us``: |newest image - matched joint state| stamps of the last observation
+        (µs; -1 before the first)."""
         with self._lock:
             out = {'dropped_out_of_order': self.dropped_out_of_order, 'time_jumps': self.time_jumps,
-                   'image_decode_errors': self.decode_errors}
+                   'image_decode_errors': self.decode_errors, 'state_offset_us': self.state_offset_us}
             out.update({f'images_{s}': c.received for s, c in self._cams.items()})
             return out
 

@@ -47,12 +47,17 @@ class StampBook:
 
     def __init__(self, capacity: int = 512) -> None:
         self._capacity = capacity
-        self._stamps: "OrderedDict[float, Time]" = OrderedDict()
+        self._stamps: "OrderedDict[float, tuple[int, int]]" = OrderedDict()
 
     def remember(self, stamp: Time) -> float:
         """Record ``stamp``; returns its float-seconds value (the key)."""
-        t = stamp_to_sec(stamp)
-        self._stamps[t] = stamp
+        return self.remember_parts(stamp.sec, stamp.nanosec)
+
+    def remember_parts(self, sec: int, nanosec: int) -> float:
+        """Record the stamp ``sec`` s + ``nanosec`` ns (e.g. read from serialized bytes); returns
+        its float-seconds value (the key)."""
+        t = sec + nanosec * 1e-9
+        self._stamps[t] = (sec, nanosec)
         self._stamps.move_to_end(t)
         while len(self._stamps) > self._capacity:
             self._stamps.popitem(last=False)
@@ -61,7 +66,7 @@ class StampBook:
     def exact(self, t: float) -> Time:
         """The remembered stamp for ``t`` seconds, else :func:`sec_to_stamp` of ``t``."""
         found = self._stamps.get(t)
-        return Time(sec=found.sec, nanosec=found.nanosec) if found is not None else sec_to_stamp(t)
+        return Time(sec=found[0], nanosec=found[1]) if found is not None else sec_to_stamp(t)
 
 
 def make_header(stamp: Time | float | None, frame_id: str) -> Header:
