@@ -264,7 +264,7 @@ class EngineConfig:
         static_shapes: prefix padded to camera-count buckets, decode to batch buckets with a fixed
             block-table width (required by ``compile``; padding never changes results).
         attention: decode attention — ``flex`` (FlexAttention, paged block mask, no K/V gather),
-            ``gather`` (reference) or ``auto`` (flex when compiled).
+            ``gather`` (reference) or ``auto`` (flex when compiled on CUDA).
         max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
             width) and of its ``top_k`` (static bound of on-device sampling).
     """

@@ -110,13 +110,26 @@ def test_bad_compile_options_are_config_errors():
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["unified", "shared_kv", "isolated"])
 def test_compiled_equals_eager_in_every_mode(policy, mode):
-    """torch.compile (inductor, CPU) of vision / prefill / denoise / decode with FlexAttention:
-    actions within 1e-5, identical greedy and seeded tokens, masked-camera frames included.
-    Compiled graphs are shared by the engines of the three modes (same model, same shapes)."""
+    """torch.compile (inductor, CPU) of vision / prefill / denoise / decode (gather attention, the
+    CPU default): actions within 1e-5, identical greedy and seeded tokens, masked-camera frames
+    included. Compiled graphs are shared by the engines of the three modes (same model, shapes)."""
     _, ea, et = run(policy, mode=mode)
-    _, ga, gt = run(policy, mode=mode, attention="gather")
+    _, ga, gt = run(policy, mode=mode, attention="flex")  # eager FlexAttention (unfused reference)
     eng, ca, ct = run(policy, mode=mode, compile="default")
     assert all(np.abs(a - b).max() < 1e-5 for a, b in zip(ea, ca))
     assert all(np.abs(a - b).max() < 1e-5 for a, b in zip(ea, ga))
     assert et == ct == gt and len(et) == 4
-    assert eng.runner.flex and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
+    assert not eng.runner.flex and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compile_mode", ["default", "reduce-overhead"])
+def test_compiled_equals_eager_on_cuda(compile_mode):
+    """Same check on CUDA: the whole denoise loop is one compiled (captured) region there."""
+    gpu = Pi05Policy.from_pretrained("pi05-tiny", device="cuda", dtype=torch.float32,
+                                     config_overrides={"image_slots": SLOTS})
+    _, ea, et = run(gpu)
+    eng, ca, ct = run(gpu, compile=compile_mode)
+    assert eng.runner.denoise_loop and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
+    assert all(np.abs(a - b).max() < 1e-4 for a, b in zip(ea, ca)) and et == ct

@@ -45,15 +45,19 @@ class Stage:
         fn: the eager step function.
         mode: one of :data:`COMPILE_MODES`.
         shapes: how many static shapes the stage will see (recompile budget).
+        cuda: the stage runs on CUDA (CUDA graphs for ``reduce-overhead`` / ``max-autotune``).
     """
 
-    def __init__(self, name: str, fn: Callable[..., Any], mode: str, shapes: int = 8) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], mode: str, shapes: int = 8, cuda: bool = False) -> None:
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile={mode!r} must be one of {COMPILE_MODES}")
         self.name = name
         self.eager = fn
         self.mode = mode
         self.fallback_reason: str | None = None
+        # CUDA graph trees (reduce-overhead / max-autotune on CUDA) reuse output memory on the next
+        # replay: every call starts a new step, and callers copy what they keep (runner docs).
+        self._graphs = cuda and mode in ("reduce-overhead", "max-autotune")
         if mode == "none":
             self._compiled = None
         else:
@@ -67,6 +71,8 @@ class Stage:
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled:
+            if self._graphs:
+                torch.compiler.cudagraph_mark_step_begin()
             return self._compiled(*args)
         return self.eager(*args)
 

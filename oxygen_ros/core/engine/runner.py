@@ -42,19 +42,27 @@ class Runner:
         self.pool = pool
         self.streams = streams
         self.static = cfg.static_shapes
-        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none")
+        # auto: FlexAttention where it is a fused kernel (compiled, CUDA). Inductor's CPU flex template
+        # gave a wrong first decode step after a batch change (torch 2.13; see test_compiled), so a
+        # compiled CPU engine reads through the gather reference unless flex is asked for.
+        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none"
+                                                 and pool.device.type == "cuda")
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
         self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)
         cams = len(mc.image_slots)
         mode = cfg.compile
-        self.vision = Stage("vision", lambda px: m.vision(px).to(m.dtype), mode, cams)
-        self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams)
+        cuda = pool.device.type == "cuda"
+        if mode != "none" and cuda:  # persistent tensors the compiled steps write: no copies under CUDA graphs
+            for t in (pool.k, pool.v):
+                torch._dynamo.mark_static_address(t)
+        self.vision = Stage("vision", lambda px: m.vision(px).to(m.dtype), mode, cams, cuda)
+        self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams, cuda)
         # CUDA: the whole S-step loop is one compiled / captured region; CPU: one step per call
         self.denoise_loop = pool.device.type == "cuda"
         fn = denoise_actions if self.denoise_loop else denoise_one_step
-        self.denoise_stage = Stage("denoise", lambda *a: fn(m, *a), mode, cams)
-        self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets))
+        self.denoise_stage = Stage("denoise", lambda *a: fn(m, *a), mode, cams, cuda)
+        self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets), cuda)
         self._conds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
@@ -80,7 +88,7 @@ class Runner:
         cams = [i for i, on in enumerate(enc.image_masks[0].tolist()) if on]
         if cams:
             img = self.vision(enc.pixels[0, cams].to(dev))
-            img = img.reshape(1, -1, img.shape[-1])
+            img = img.reshape(1, -1, img.shape[-1]).clone()  # a graph output must not be replayed over
         else:
             img = torch.zeros(1, 0, self.policy.cfg.vlm.width, dtype=m.dtype, device=dev)
         self.streams.sync()
@@ -96,6 +104,7 @@ class Runner:
         slot_row[0, :n] = torch.as_tensor(slots, dtype=torch.long)
         hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, tok.to(dev),
                                     slot_row.to(dev), torch.tensor([n], device=dev), bucket > n)
+        hidden = hidden.clone()  # kept across frames: never a CUDA-graph output buffer
         self.streams.sync()
         t2 = time.perf_counter()
         return FramePrefix(frame_id, list(table.blocks), list(slots), hidden,
