@@ -119,7 +119,7 @@ def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_t
         peak = max(peak, need)
     reserve = bf(max_prefix_tokens)
     return EngineConfig(mode=mode, tokens_per_frame=pt.k, block_size=BLOCK_SIZE,
-                        kv_blocks=max(peak + reserve, 2 * reserve), max_running_requests=running,
+                        kv_blocks=max(peak + reserve, 2 * reserve + bf(pt.tokens)), max_running_requests=running,
                         max_queued_requests=max(64, 2 * running), seed=pt.seed, num_denoise_steps=pt.steps,
                         compile=pt.compile,
                         tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),))

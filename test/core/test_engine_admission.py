@@ -61,7 +61,7 @@ def test_impossible_request_rejected_at_submission_without_blocking_others(polic
     r = eng.step()
     ended = {e.id: e for e in r.ended}
     assert ended[huge].status == RequestStatus.REJECTED
-    assert ended[huge].reason.startswith("request needs 32 KV blocks but at most 11 fit beside the action path")
+    assert ended[huge].reason.startswith("request needs 32 KV blocks but at most 18 fit beside the action path")
     assert "raise kv_blocks" in ended[huge].reason and ended[huge].frame_id == -1  # never admitted
     assert ok in ended or eng.running == 1
     assert eng.queued == 0

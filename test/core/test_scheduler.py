@@ -28,6 +28,7 @@ def test_admits_while_reserve_kept_and_rejects_impossible():
     admitted, rejected = s.admit(prefix_tokens=16)
     assert rejected == [huge] and huge.status == RequestStatus.REJECTED
     assert "needs 26 KV blocks" in huge.reason and "at most 16 fit" in huge.reason
+    assert s.capacity(4) == 19  # beside a 1-block prefix
 
 
 def test_never_fits_beside_the_kept_prefix_is_rejected_not_queued():
@@ -39,7 +40,7 @@ def test_never_fits_beside_the_kept_prefix_is_rejected_not_queued():
     s.enqueue(r)
     admitted, rejected = s.admit(prefix_tokens=16)
     assert admitted == [] and rejected == [r] and not s.queue
-    assert s.submission_check(_req(1, max_new=60)) is not None  # budget alone too large: at submission
+    assert s.submission_check(_req(1, max_new=70)) is not None  # budget alone too large: at submission
     assert s.submission_check(_req(2, max_new=40)) is None
 
 

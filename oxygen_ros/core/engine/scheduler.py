@@ -30,11 +30,11 @@ from .requests import LanguageRequest, RequestStatus
 
 
 # ------------------------------------------------------------------ admission (pure functions)
-def never_fits_reason(need: int, capacity: int, pool_blocks: int, reserve: int, block_size: int) -> str:
+def never_fits_reason(need: int, capacity: int, pool_blocks: int, prefix: int, reserve: int, block_size: int) -> str:
     """Rejection text for a request needing ``need`` blocks where at most ``capacity`` fit."""
     return (f"request needs {need} KV blocks but at most {capacity} fit beside the action path "
-            f"(pool {pool_blocks} blocks of {block_size} tokens, minus {2 * reserve} for the frame prefix "
-            f"and the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens")
+            f"(pool {pool_blocks} blocks of {block_size} tokens, minus {prefix} for the frame prefix and "
+            f"{reserve} for the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens")
 
 
 def admit(queue: deque[LanguageRequest], need: Callable[[LanguageRequest], int], *, free: int, reserve: int,
@@ -141,11 +141,15 @@ class Scheduler:
         self.running: list[LanguageRequest] = []
         self.costs = StepCostModel()
 
+    def capacity(self, prefix_tokens: int) -> int:
+        """The most blocks one request may hold beside a frame prefix of ``prefix_tokens`` and the
+        next frame's reserve (the longest prefix)."""
+        return self.pool.num_blocks - self.reserve - self.pool.blocks_for(prefix_tokens)
+
     @property
     def usable_blocks(self) -> int:
-        """The most blocks one request may ever hold: the pool minus the current frame's prefix
-        and the next frame's reserve (both at the longest prefix)."""
-        return self.pool.num_blocks - 2 * self.reserve
+        """:meth:`capacity` beside the longest prefix (what always fits)."""
+        return self.capacity(self.reserve * self.pool.block_size)
 
     def need_blocks(self, r: LanguageRequest, prefix_tokens: int) -> int:
         """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated, or
@@ -157,24 +161,25 @@ class Scheduler:
             return self.pool.blocks_for(prefix_tokens) + own
         return own
 
-    def _never_fits(self, r: LanguageRequest, need: int) -> str | None:
-        """Why ``r`` (reserving ``need`` blocks) can never run, else ``None``."""
+    def _never_fits(self, r: LanguageRequest, need: int, prefix_tokens: int) -> str | None:
+        """Why ``r`` (reserving ``need`` blocks) can never run beside a prefix of ``prefix_tokens``."""
         own = len(r.prompt_ids) + r.max_new_tokens
         if own > self.cfg.max_request_tokens:
             return (f"request needs {own} tokens (prompt + max_new_tokens) but "
                     f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
-        if need > self.usable_blocks:
-            return never_fits_reason(need, self.usable_blocks, self.pool.num_blocks, self.reserve,
-                                     self.pool.block_size)
+        cap = self.capacity(prefix_tokens)
+        if need > cap:
+            return never_fits_reason(need, cap, self.pool.num_blocks, self.pool.blocks_for(prefix_tokens),
+                                     self.reserve, self.pool.block_size)
         return None
 
     def submission_check(self, r: LanguageRequest) -> str | None:
-        """Reason to reject ``r`` at submission — its budget alone (prompt not yet known, longest
-        prefix assumed) can never fit — else ``None``."""
+        """Reason to reject ``r`` at submission — its budget alone can never fit, even beside the
+        shortest prefix (prompt and prefix are known at admission, which checks again) — else ``None``."""
         need = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
         if self.cfg.mode == "isolated":
             need += self.reserve
-        return self._never_fits(r, need)
+        return self._never_fits(r, need, 0)
 
     def enqueue(self, r: LanguageRequest) -> str | None:
         """Queue a new request; returns a rejection reason if the queue is full."""
@@ -197,7 +202,8 @@ class Scheduler:
         running = sum(1 for r in self.running if not r.status.terminal)
         return admit(self.queue, lambda r: self.need_blocks(r, prefix_tokens), free=self.pool.num_free,
                      reserve=self.reserve, slots=max(0, self.max_running - running),
-                     max_overtakes=self.cfg.max_overtakes, never_fits=self._never_fits)
+                     max_overtakes=self.cfg.max_overtakes,
+                     never_fits=lambda r, n: self._never_fits(r, n, prefix_tokens))
 
     def plan_admission(self, plan: FramePlan, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
         """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
