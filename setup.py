@@ -34,6 +34,7 @@ setup(
             "oxygen_node = oxygen_ros.ros.node:main",
             "aloha_sim = oxygen_ros.sim.node:main",
             "closed_loop = oxygen_ros.sim.closed_loop.run:main",
+            "norm_stats = oxygen_ros.stats.tool:main",
         ],
     },
 )

@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"core", "ros", "bags", "replay"},
     "bench": {"core", "bench"},
     "sim": {"core", "ros", "bags", "sim"},
+    "stats": {"core", "ros", "bags", "stats"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
 MAX_LINES = 335

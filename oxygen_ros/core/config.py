@@ -80,8 +80,7 @@ class GemmaConfig:
 class ModelConfig:
     """Whole π0.5 model: vision tower, VLM, action expert, flow-matching head, prompt limits.
 
-    ``action_dim`` is the padded model dimension (32); the robot's own dimension comes from the
-    normalisation stats of the checkpoint and is a slice of it.
+    ``action_dim`` is the padded model dimension (32); the robot's own one (a slice) comes from the norm stats.
     """
 
     name: str
@@ -97,6 +96,7 @@ class ModelConfig:
     image_slots: tuple[str, ...] = IMAGE_SLOTS
     time_min_period: float = 4e-3
     time_max_period: float = 4.0
+    discrete_state_input: bool = True  # False: openpi pi05_libero's prompt "BOS + instruction + \n" (no state)
 
     @property
     def num_image_tokens(self) -> int:
@@ -204,9 +204,9 @@ BUDGETS = ("fixed", "adaptive")
 class TaskConfig:
     """One language task (DESIGN §5): how its requests are prompted and bounded.
 
-    ``template`` is filled with ``{text}`` (the ask, e.g. a user question) and ``{instruction}``
-    (the current task instruction); the filled text is appended after the shared observation
-    prefix. ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
+    ``template`` is filled with ``{text}`` (the ask) and ``{instruction}``; it continues the shared observation
+    prefix, or with ``own_prefix`` sits inside a bidirectional prefix of its own (π0.5 subtask prediction, one
+    more prefill per request). ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
     """
 
     name: str
@@ -215,6 +215,7 @@ class TaskConfig:
     temperature: float = 0.0
     top_k: int = 0
     every_n_frames: int = 0
+    own_prefix: bool = False
 
     def validate(self) -> "TaskConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
@@ -328,5 +329,5 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig",
-           "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]
+__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "TaskConfig", "DEFAULT_TASKS", "EngineConfig", "IMAGE_SLOTS",
+           "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]

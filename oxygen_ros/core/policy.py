@@ -69,7 +69,7 @@ class Pi05Policy:
         self.norm_stats = norm_stats
         self.normalizer = Normalizer(norm_stats["state"], norm_stats["actions"])
         self.prompt = PromptTokenizer(tokenizer, self.cfg.max_token_len, self.cfg.num_state_bins,
-                                      overflow=prompt_overflow)
+                                      overflow=prompt_overflow, discrete_state=self.cfg.discrete_state_input)
         self.eos_id = int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else -1
 
     # ------------------------------------------------------------------ construction
@@ -93,14 +93,16 @@ class Pi05Policy:
             CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset or
                 a bad override; ValueError: ``config_overrides`` with a checkpoint folder.
         """
+        from .model.ckpt_files import checkpoint_folder, require_norm_stats
         from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if os.path.isdir(str(path_or_preset)):
+        if checkpoint_folder(path_or_preset) is not None:
             if config_overrides:
                 raise ValueError("config_overrides applies to presets only, not to checkpoint folders")
             model, _cfg, stats, _meta = load_pretrained(path_or_preset, device=device, dtype=dtype)
+            require_norm_stats(stats, _meta.folder, _meta.layout, _meta.norm_info, _meta.asset_id)
             from .tokenizer import load_tokenizer
             tok = load_tokenizer(path_or_preset)
         else:
@@ -178,12 +180,14 @@ class Pi05Policy:
     @torch.inference_mode()
     def generate_text(self, observation: Observation, prompt: str = "", max_new_tokens: int = 32,
                       greedy: bool = True, *, sampling: SamplingParams | None = None,
-                      stop_ids: tuple[int, ...] = ()) -> Generation:
+                      stop_ids: tuple[int, ...] = (), own_prefix: bool = False) -> Generation:
         """Decode text from the observation's prefix, one token per forward (the reference).
 
         The continuation ``prompt`` (e.g. a filled language-task template) is appended causally
         after the prefix; with an empty prompt the first token comes from the last valid prefix
-        token's hidden state. Stops at EOS, a stop id, or ``max_new_tokens``.
+        token's hidden state. With ``own_prefix`` the prompt replaces the action prompt INSIDE the
+        bidirectional prefix (images + BOS + prompt, no state: π0.5 subtask prediction) and
+        decoding starts at its last token. Stops at EOS, a stop id, or ``max_new_tokens``.
 
         Returns:
             :class:`Generation` with the text (special tokens skipped), ids (stop token excluded)
@@ -196,7 +200,11 @@ class Pi05Policy:
         params = (sampling or SamplingParams()).validate() if not greedy else SamplingParams()
         key = params.key()
         enc = self.encode_observation(observation)
-        cont = self.prompt.tokenize_continuation(prompt) if prompt else []
+        if own_prefix:
+            ids = torch.tensor([self.prompt.tokenize_prefix_prompt(prompt)], dtype=torch.long)
+            enc = EncodedObservation(enc.pixels, enc.image_masks, ids, torch.ones_like(ids, dtype=torch.bool),
+                                     enc.tokens_per_image)
+        cont = self.prompt.tokenize_continuation(prompt) if prompt and not own_prefix else []
         cache, hidden = self.prefill(enc, extra_capacity=len(cont) + max_new_tokens)
         m = self.model
         if cont:

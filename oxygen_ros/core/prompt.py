@@ -94,12 +94,16 @@ class PromptTokenizer:
         num_bins: state bins (``ModelConfig.num_state_bins``: 256).
         overflow: ``"error"`` (raise :class:`PromptTooLongError`) or ``"truncate"`` (warn and cut
             the instruction text only, at a word boundary where possible).
+        discrete_state: True (π0.5 default): the state is part of the prompt. False (openpi
+            ``discrete_state_input=False``, e.g. ``pi05_libero``): openpi's π0 format
+            ``BOS + encode(instruction) + encode("\n")``, the state is not given to the model.
 
     Raises:
         ValueError: bad ``max_len`` / ``num_bins`` / ``overflow``, or a tokenizer without BOS.
     """
 
-    def __init__(self, tokenizer: Any, max_len: int, num_bins: int = 256, overflow: str = "error") -> None:
+    def __init__(self, tokenizer: Any, max_len: int, num_bins: int = 256, overflow: str = "error",
+                 discrete_state: bool = True) -> None:
         if overflow not in _OVERFLOW:
             raise ValueError(f"overflow={overflow!r} must be one of {_OVERFLOW}")
         for name, v in (("max_len", max_len), ("num_bins", num_bins)):
@@ -111,6 +115,7 @@ class PromptTokenizer:
         self.max_len = max_len
         self.num_bins = num_bins
         self.overflow = overflow
+        self.discrete_state = bool(discrete_state)
         self.bos_id = int(tokenizer.bos_token_id)
 
     def _encode(self, text: str) -> list[int]:
@@ -139,8 +144,16 @@ class PromptTokenizer:
             PromptTooLongError: too long and ``overflow="error"``, or the prompt does not fit even
                 with an empty instruction.
         """
-        text = self.format_prompt(instruction, norm_state)
-        ids = [self.bos_id] + self._encode(text)
+        if self.discrete_state:
+            ids = [self.bos_id] + self._encode(self.format_prompt(instruction, norm_state))
+        else:
+            discretize_state(norm_state, self.num_bins)  # same input checks
+            if not isinstance(instruction, str):
+                raise InvalidInputError(f"instruction must be a str, got {type(instruction).__name__}")
+            ids = [self.bos_id] + self._encode(clean_instruction(instruction)) + self._encode("\n")
+            if len(ids) > self.max_len:
+                raise PromptTooLongError(f"prompt is {len(ids)} tokens, max_len is {self.max_len} "
+                                         f"(instruction {instruction!r}); shorten the instruction")
         if len(ids) > self.max_len:
             if self.overflow == "error":
                 raise PromptTooLongError(f"prompt is {len(ids)} tokens, max_len is {self.max_len} (instruction "
@@ -180,6 +193,21 @@ class PromptTokenizer:
         assert ids is not None
         logger.warning("prompt of %d tokens exceeds max_len=%d: instruction truncated from %r to %r",
                        full_len, self.max_len, cleaned, kept.rstrip())
+        return ids
+
+    def tokenize_prefix_prompt(self, text: str) -> list[int]:
+        """Ids of a language task's own prompt placed INSIDE the bidirectional prefix (π0.5
+        subtask prediction, e.g. ``"Task: pick up the cube. Subtask: "``): BOS first, no state,
+        no padding (the reference decode of LeRobot's parity data).
+
+        Raises:
+            InvalidInputError: not a str; PromptTooLongError: more than ``max_len`` tokens.
+        """
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
+        ids = [self.bos_id] + self._encode(text)
+        if len(ids) > self.max_len:
+            raise PromptTooLongError(f"task prompt is {len(ids)} tokens, max_len is {self.max_len}: {text!r}")
         return ids
 
     def tokenize_continuation(self, text: str) -> list[int]:

@@ -4,8 +4,8 @@
 own pieces: ``rclpy.serialization`` turns the CDR bytes into the message objects a subscription
 would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.convert`` convert them, the
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
-settings, the engine runs the frame, ``chunk_to_joint_trajectory`` and ``TaskTextStream`` build
-the published messages. Bad input is counted in ``stats.drops``, never raised.
+settings, :class:`~oxygen_ros.core.robot_io.RobotFrames` applies the action space, the engine runs
+the frame, ``command_messages`` and ``TaskTextStream`` build the published messages. Bad input is counted in ``stats.drops``, never raised.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ import numpy as np
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 
-from oxygen_ros.ros.convert import JointStateError, chunk_to_joint_trajectory, joint_state_to_vector
+from oxygen_ros.ros.convert import JointStateError, command_messages, joint_state_to_vector
 from oxygen_ros.ros.convert import StampBook
 from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.core.action_space import ActionSpace
 from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk, Observation
 from oxygen_ros.ros.inputs import decode_image
 from oxygen_ros.ros.node_params import NodeConfig
@@ -34,7 +36,7 @@ from oxygen_ros.bags.reader import msg_class
 from oxygen_ros.bags.writer import BagOutput
 from oxygen_ros.replay.console import Console
 from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
-from oxygen_ros.replay.prepare import TopicMap
+from oxygen_ros.replay.prepare import TopicMap, resolve_topic
 
 __all__ = ['NodeSim']
 
@@ -67,6 +69,9 @@ class NodeSim:
         self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
                                         decode_image, instruction=cfg.instruction)
         self.streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
+        self._state_names = cfg.state_joint_names or cfg.joint_names
+        self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
+        self.position_topic = resolve_topic(cfg.position_action_topic)
         self.t0 = now()
         self.bag_now_ns = start_ns  # bag clock: log time of the newest fed message
         self.times: dict[str, list[float]] = {t: [] for t in (*topics.cameras, topics.joint_state)}
@@ -125,7 +130,7 @@ class NodeSim:
             return None if verdict is Verdict.OUT_OF_ORDER else slot
         if topic == self.topics.joint_state or topic == self.reference_topic:
             try:
-                vec = joint_state_to_vector(msg, self.cfg.joint_names)
+                vec = joint_state_to_vector(msg, self._state_names if topic == self.topics.joint_state else self.cfg.joint_names)
             except JointStateError as exc:
                 self.stats.drops[f'bad joint states on {topic}'] += 1
                 if self.stats.drops[f'bad joint states on {topic}'] == 1:
@@ -189,7 +194,7 @@ class NodeSim:
         """
         log_ns = self.bag_now_ns if log_ns is None else log_ns
         if obs is not None:
-            self.engine.submit_observation(obs)
+            self.engine.submit_observation(self.frames.observation(obs))
             if available is None:
                 available = self.available.get(obs.stamp, self.now())
         start = self.now()
@@ -197,12 +202,21 @@ class NodeSim:
 
         def on_action(chunk: ActionChunk) -> None:
             acted.append(self.now())
-            self.chunks.append(chunk)
+            try:
+                cmd = self.frames.command(chunk)
+                main, positions = command_messages(cmd, self.stamps.exact(chunk.stamp), self.cfg.control_period_s,
+                                                   self.cfg.frame_id)
+            except ValueError as exc:
+                self.stats.drops['action chunks refused'] += 1
+                self.console.line(f'frame {chunk.frame_id}: action chunk refused: {exc}')
+                return
+            # the report plots joint positions: keep the robot command when it is one per joint
+            full = cmd.position_joints == tuple(self.cfg.joint_names)
+            self.chunks.append(ActionChunk(cmd.positions, chunk.stamp, chunk.frame_id) if full else chunk)
             if self.writer is not None:
-                msg = chunk_to_joint_trajectory(np.asarray(chunk.actions), self.cfg.joint_names,
-                                                self.stamps.exact(chunk.stamp), self.cfg.control_period_s,
-                                                self.cfg.frame_id)
-                self.writer.write(self.topics.action, log_ns, msg)
+                self.writer.write(self.topics.action, log_ns, main)
+                if positions is not None:
+                    self.writer.write(self.position_topic, log_ns, positions)
 
         res = self.engine.step(on_action=on_action)
         m = res.metrics

@@ -51,53 +51,17 @@ def default_params_file() -> Path | None:
 
 def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[str] = (),
                      node_name: str = 'oxygen', namespace: str = '/') -> NodeConfig:
-    """Read the ``oxygen`` node's configuration from a parameter file, as the node does.
-
-    Args:
-        params_file: ``ros__parameters`` YAML (``--params-file``); None for defaults only.
-        overrides: ``name:=value`` strings, as ``--ros-args -p name:=value``.
-        node_name: node name the file's sections are matched against (``/**/oxygen``, ``/**``…).
-        namespace: node namespace (relative topic names resolve against it).
+    """The node's configuration from a parameter file (:func:`oxygen_ros.ros.node_params.load_node_config`).
 
     Raises:
-        ReplaySetupError: unreadable file, malformed override, or invalid parameters (every one
-            named, from the node's own checks).
+        ReplaySetupError: unreadable file, malformed override, or invalid parameters (named).
     """
-    import rclpy
-    from rclpy.context import Context
-    from rclpy.node import Node
-    from rclpy.signals import SignalHandlerOptions
+    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config as node_load
 
-    from oxygen_ros.ros.node_params import read_node_config
-    from oxygen_ros.ros.params import ParamError
-
-    args = ['--ros-args']
-    if params_file is not None:
-        path = Path(params_file)
-        if not path.is_file():
-            raise ReplaySetupError(f'parameter file {path} does not exist')
-        args += ['--params-file', str(path)]
-    for item in overrides:
-        if ':=' not in item:
-            raise ReplaySetupError(f'parameter override {item!r} must look like name:=value')
-        args += ['-p', item]
-    ctx = Context()
     try:
-        rclpy.init(args=args, context=ctx, signal_handler_options=SignalHandlerOptions.NO)
-    except Exception as exc:  # rcl's YAML parser / argument errors
-        raise ReplaySetupError(f'cannot read parameters ({" ".join(args[1:])}): {exc}') from exc
-    try:
-        node = Node(node_name, namespace=namespace, context=ctx, start_parameter_services=False,
-                    enable_rosout=False)
-        try:
-            return read_node_config(node)
-        except ParamError as exc:
-            where = f' in {params_file}' if params_file else ''
-            raise ReplaySetupError(f'invalid node parameters{where}: {exc}') from exc
-        finally:
-            node.destroy_node()
-    finally:
-        ctx.try_shutdown()
+        return node_load(params_file, overrides, node_name, namespace)
+    except ParamsFileError as exc:
+        raise ReplaySetupError(str(exc)) from exc
 
 
 def resolve_topic(name: str, namespace: str = '/', node_name: str = 'oxygen') -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import FrameResult, RequestStatus
+from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats
 from oxygen_ros.ros.observation import ObservationAssembler
@@ -40,12 +41,14 @@ class InferenceWorker:
         logger: the node's logger.
         camera_sync_s: after the first new image, wait up to this long (seconds) for the other
             live cameras' images before starting the frame.
+        frames: the action space around the engine (robot-space state in, robot command out).
     """
 
     def __init__(self, engine: Engine, assembler: ObservationAssembler, outputs: Outputs,
                  stats: FrameStats, report: Callable[[str, str, int], None], logger,
-                 camera_sync_s: float = 0.0) -> None:
+                 camera_sync_s: float = 0.0, *, frames: RobotFrames) -> None:
         self._engine, self._asm, self._out, self._stats = engine, assembler, outputs, stats
+        self._frames = frames
         self._sync_s = camera_sync_s
         self._report, self._log = report, logger
         self._streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
@@ -115,7 +118,7 @@ class InferenceWorker:
         if obs is not None:
             self._last_stamp = obs.stamp
         if obs is not None:
-            self._engine.submit_observation(obs)
+            self._engine.submit_observation(self._frames.observation(obs))
             if self._out.model_input:
                 self._out.publish_model_input(obs.images, obs.stamp)
         result = self._engine.step(on_action=self._on_action)
@@ -124,7 +127,12 @@ class InferenceWorker:
     def _on_action(self, chunk: ActionChunk) -> None:
         if self._stop.is_set():
             return
-        self._out.publish_chunk(chunk)
+        try:
+            cmd = self._frames.command(chunk)
+        except ValueError as exc:
+            self._report('action_refused', f'action chunk of frame {chunk.frame_id} not published: {exc}', ERROR)
+            return
+        self._out.publish_chunk(chunk, cmd)
 
     def _handle(self, result: FrameResult) -> None:
         self._stats.record(time.monotonic(), result.metrics, result.action is not None)

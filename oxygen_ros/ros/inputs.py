@@ -130,7 +130,7 @@ class InputHandler:
             self.ignored_inactive += 1
             return
         try:
-            state = joint_state_to_vector(msg, self._cfg.joint_names)
+            state = joint_state_to_vector(msg, self._cfg.state_joint_names or self._cfg.joint_names)
         except JointStateError as exc:
             self._report('bad_joint_state', f'{exc}; message dropped')
             return

@@ -29,7 +29,7 @@ from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.node_status import inference_status
 from oxygen_ros.ros.node_params import NodeConfig, declare_node_params, read_node_config
-from oxygen_ros.ros.model_setup import assembler_config, load_policy
+from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.params import ParamError
@@ -101,6 +101,9 @@ class OxygenNode(LifecycleNode):
     def _load(self, cfg: NodeConfig) -> None:
         from oxygen_ros.core.engine.engine import Engine
 
+        from oxygen_ros.core.robot_io import RobotFrames
+
+        frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
         self.engine = Engine(self.policy, cfg.engine)
@@ -114,7 +117,7 @@ class OxygenNode(LifecycleNode):
                                     time.monotonic, self._on_time_jump)
         self.outputs.stamp_of = self.inputs.stamps.exact
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
-                                      self.report, self.get_logger(), cfg.camera_sync_s)
+                                      self.report, self.get_logger(), cfg.camera_sync_s, frames=frames)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the inference thread, the command timer and input processing."""

@@ -7,17 +7,23 @@ are relative, so the node's namespace applies.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rclpy.node import Node
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
+from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpaceConfig
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.params import ParamError, ParamSpec, collect_values, declare, engine_specs, task_specs
 from oxygen_ros.ros.qos import QOS_NAMES
 
-__all__ = ['CAMERA_TYPES', 'COMMAND_TYPES', 'NodeConfig', 'TaskTopics', 'declare_node_params',
-           'node_specs', 'read_node_config']
+__all__ = ['CAMERA_TYPES', 'COMMAND_TYPES', 'NodeConfig', 'ParamsFileError', 'TaskTopics', 'declare_node_params',
+           'load_node_config', 'node_specs', 'read_node_config']
 
 CAMERA_TYPES = ('raw', 'compressed')
 COMMAND_TYPES = ('joint_state', 'float64_multi_array')
@@ -69,6 +75,16 @@ def node_specs() -> list[ParamSpec]:
                   choices=qos),
         ParamSpec('action_rate_hz', _F, 0.0, 'Rate of the per-step command stream, Hz (0 = off).',
                   0.0, 1000.0),
+        ParamSpec('position_action_topic', _S, 'action_chunk_positions', 'JointTrajectory of the '
+                  'position joints (action_space.absolute_joints) of a velocity action space; the '
+                  'velocity joints go to action_topic.'),
+        ParamSpec('action_space.kind', _S, 'absolute', "What the checkpoint's actions are: absolute "
+                  'joint positions, delta (joint positions relative to the state at observation time), '
+                  'velocity (joint velocities, published as velocities), ee_delta (end-effector commands, '
+                  'published as Float64MultiArray).', choices=KINDS),
+        ParamSpec('action_space.gripper_conversion', _S, 'none', "Gripper conversion of openpi's "
+                  "ALOHA policy ('aloha': adapt_to_pi) for action_space.gripper_joints.",
+                  choices=GRIPPER_CONVERSIONS),
         ParamSpec('command_topic', _S, 'joint_command', 'Per-step command output topic.'),
         ParamSpec('command_type', _S, 'joint_state', "Per-step command message: 'joint_state' "
                   "(sensor_msgs/JointState) or 'float64_multi_array' (ros2_control forward "
@@ -132,9 +148,53 @@ class NodeConfig:
     command_max_hold_s: float
     diagnostics_period_s: float
     debug_model_input: bool
+    position_action_topic: str = 'action_chunk_positions'
+    state_joint_names: tuple[str, ...] = ()  # read_node_config fills it (= joint_names when unset)
+    action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
     cameras: dict[str, tuple[str, str]] = field(default_factory=dict)  # slot -> (topic, type)
     engine: EngineConfig = field(default_factory=EngineConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
+
+
+#: Optional joint lists of the action space (unset = empty: rcl's YAML parser rejects ``[]``).
+ACTION_SPACE_LISTS = {
+    'absolute_joints': 'Joints whose action is an absolute position in a delta or velocity space '
+                       '(grippers). Unset = none.',
+    'flip_joints': 'Joints whose sign differs between robot and checkpoint (openpi ALOHA: shoulders, '
+                   'elbows). Unset = none.',
+    'gripper_joints': 'Joints converted with action_space.gripper_conversion. Unset = none.',
+}
+
+
+def _optional_list(node: Node, name: str, desc: str, problems: list[str]) -> tuple[str, ...] | None:
+    """A string-array parameter that may stay unset (-> ``()``); None when it is not a list of str."""
+    if not node.has_parameter(name):
+        node.declare_parameter(name, _SA, ParameterDescriptor(description=desc, type=_SA.value))
+    try:
+        value = node.get_parameter(name).value
+    except ParameterUninitializedException:
+        value = None  # unset: the list is empty
+    if value is not None and not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        problems.append(f'{name}={value!r}: expected a list of joint names')
+        return None
+    return tuple(value or ())
+
+
+def _action_space(node: Node, values: dict, problems: list[str]) -> ActionSpaceConfig | None:
+    lists = {}
+    for name, desc in ACTION_SPACE_LISTS.items():
+        got = _optional_list(node, f'action_space.{name}', desc, problems)
+        if got is not None:
+            lists[name] = got
+    if 'action_space.kind' not in values or len(lists) != len(ACTION_SPACE_LISTS):
+        return None
+    try:
+        return ActionSpaceConfig(kind=values.pop('action_space.kind'),
+                                 gripper_conversion=values.pop('action_space.gripper_conversion'),
+                                 **lists).validate()
+    except ConfigError as e:
+        problems.append(str(e))
+        return None
 
 
 def _task_names(node: Node) -> list[str]:
@@ -183,6 +243,16 @@ def read_node_config(node: Node) -> NodeConfig:
                         + ', '.join(f'cameras.{s}.topic' for s in IMAGE_SLOTS))
     if values.get('model') == '':
         problems.append('model is empty: give a checkpoint folder or a preset name')
+    space = _action_space(node, values, problems)
+    state_names = _optional_list(node, 'state_joint_names', 'State dims read from JointState by these names, '
+                                 "in the checkpoint's order, when they differ from joint_names (LIBERO: 8 "
+                                 'state dims, 7 action dims). Unset = joint_names.', problems)
+    if state_names and len(set(state_names)) != len(state_names):
+        problems.append(f'state_joint_names={list(state_names)!r}: names must be unique')
+    if (space is not None and space.kind == 'ee_delta' and values.get('action_rate_hz', 0) > 0
+            and values.get('command_type') == 'joint_state'):
+        problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
+                        "commands are not joint states; use command_type: float64_multi_array")
     if problems:
         raise ParamError(problems)
     topics, tasks = {}, []
@@ -191,7 +261,7 @@ def read_node_config(node: Node) -> NodeConfig:
         topics[name] = TaskTopics(values[p + 'ask_topic'], values[p + 'delta_topic'],
                                   values[p + 'text_topic'])
         tasks.append(TaskConfig(name=name, **{k: values[p + k] for k in (
-            'template', 'max_new_tokens', 'temperature', 'top_k', 'every_n_frames')}))
+            'template', 'max_new_tokens', 'temperature', 'top_k', 'every_n_frames', 'own_prefix')}))
     eng = {k[len('engine.'):]: v for k, v in values.items() if k.startswith('engine.')}
     try:
         engine = EngineConfig(**eng, tasks=tuple(tasks)).validate()
@@ -199,4 +269,59 @@ def read_node_config(node: Node) -> NodeConfig:
         raise ParamError([str(e)]) from e
     plain = {k: v for k, v in values.items() if '.' not in k and k not in ('task_names', 'autostart')}
     plain['joint_names'] = tuple(plain['joint_names'])
-    return NodeConfig(**plain, cameras=cameras, engine=engine, task_topics=topics)
+    return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
+                      cameras=cameras, engine=engine, task_topics=topics)
+
+
+class ParamsFileError(ValueError):
+    """A parameter file or override that cannot be read or holds invalid parameters (named)."""
+
+
+def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[str] = (),
+                     node_name: str = 'oxygen', namespace: str = '/') -> NodeConfig:
+    """Read the ``oxygen`` node's configuration from a parameter file, as the node does: a
+    short-lived rclpy node in a private context declares the node's parameters, so names,
+    defaults, types, ranges and error messages are the node's (used by ``replay`` and
+    ``norm_stats``).
+
+    Args:
+        params_file: ``ros__parameters`` YAML (``--params-file``); None for defaults only.
+        overrides: ``name:=value`` strings, as ``--ros-args -p name:=value``.
+        node_name: node name the file's sections are matched against (``/**/oxygen``, ``/**``…).
+        namespace: node namespace (relative topic names resolve against it).
+
+    Raises:
+        ParamsFileError: unreadable file, malformed override, or invalid parameters (every one
+            named, from the node's own checks).
+    """
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.signals import SignalHandlerOptions
+
+    args = ['--ros-args']
+    if params_file is not None:
+        path = Path(params_file)
+        if not path.is_file():
+            raise ParamsFileError(f'parameter file {path} does not exist')
+        args += ['--params-file', str(path)]
+    for item in overrides:
+        if ':=' not in item:
+            raise ParamsFileError(f'parameter override {item!r} must look like name:=value')
+        args += ['-p', item]
+    ctx = Context()
+    try:
+        rclpy.init(args=args, context=ctx, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:  # rcl's YAML parser / argument errors
+        raise ParamsFileError(f'cannot read parameters ({" ".join(args[1:])}): {exc}') from exc
+    try:
+        node = Node(node_name, namespace=namespace, context=ctx, start_parameter_services=False,
+                    enable_rosout=False)
+        try:
+            return read_node_config(node)
+        except ParamError as exc:
+            where = f' in {params_file}' if params_file else ''
+            raise ParamsFileError(f'invalid node parameters{where}: {exc}') from exc
+        finally:
+            node.destroy_node()
+    finally:
+        ctx.try_shutdown()

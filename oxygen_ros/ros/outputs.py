@@ -18,7 +18,8 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.convert import chunk_to_joint_trajectory, rgb_to_image_msg, sec_to_stamp
+from oxygen_ros.ros.convert import command_messages, primary_values, rgb_to_image_msg, sec_to_stamp
+from oxygen_ros.core.action_space import RobotCommand
 from oxygen_ros.core.processing import resize_with_pad
 from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN
@@ -44,7 +45,14 @@ class Outputs:
                  image_size: int, report: Callable[[str, str, int], None]) -> None:
         self._node, self._cfg, self._report, self._size = node, cfg, report, image_size
         self._pubs = []
-        self.action = self._pub(JointTrajectory, cfg.action_topic, cfg.action_qos)
+        space = cfg.action_space
+        self.action = self._pub(Float64MultiArray if space.kind == 'ee_delta' else JointTrajectory,
+                                cfg.action_topic, cfg.action_qos)
+        self.position_action = None
+        if space.kind == 'velocity' and space.absolute_joints:
+            self.position_action = self._pub(JointTrajectory, cfg.position_action_topic, cfg.action_qos)
+        self._command_field = 'velocity' if space.kind == 'velocity' else 'position'
+        self._command_names: tuple[str, ...] = ()
         self.deltas, self.texts = {}, {}
         for task, topics in cfg.task_topics.items():
             self.deltas[task] = self._pub(String, topics.delta, cfg.text_qos)
@@ -76,24 +84,26 @@ class Outputs:
         self._pubs.clear()
 
     # ------------------------------------------------------------------ inference thread
-    def publish_chunk(self, chunk: ActionChunk) -> bool:
-        """Publish ``chunk`` as a JointTrajectory (stamp = observation stamp) and hand it to the
-        command stream. Returns False (and reports) when it is refused."""
-        names = self._cfg.joint_names
-        actions = np.asarray(chunk.actions)
+    def publish_chunk(self, chunk: ActionChunk, cmd: RobotCommand) -> bool:
+        """Publish a chunk's robot command (stamp = observation stamp): positions or velocities
+        JointTrajectory on ``action_topic`` (the position joints of a velocity space on
+        ``position_action_topic``), end-effector commands as Float64MultiArray; and hand the
+        ``action_topic`` values to the command stream. Returns False (and reports) when refused."""
         try:
-            if actions.ndim != 2 or actions.shape[1] != len(names):
-                raise ValueError(f'chunk shape {actions.shape} does not match {len(names)} joints')
-            msg = chunk_to_joint_trajectory(actions, names, self.stamp_of(chunk.stamp),
-                                            self._cfg.control_period_s, self._cfg.frame_id)
+            main, positions = command_messages(cmd, self.stamp_of(chunk.stamp), self._cfg.control_period_s,
+                                               self._cfg.frame_id)
         except ValueError as exc:
             self._report('action_refused', f'action chunk of frame {chunk.frame_id} not '
                          f'published: {exc}', ERROR)
             return False
-        self.action.publish(msg)
+        self.action.publish(main)
+        if positions is not None and self.position_action is not None:
+            self.position_action.publish(positions)
         self.chunks += 1
         if self.command is not None:
-            self.command_stream.set_chunk(actions, chunk.stamp)
+            names, values, _ = primary_values(cmd)
+            self._command_names = names
+            self.command_stream.set_chunk(values, chunk.stamp)
         return True
 
     def publish_text(self, task: str, emits: list[Emit]) -> None:
@@ -127,7 +137,8 @@ class Outputs:
             return False
         header_stamp = sec_to_stamp(now)
         if self._cfg.command_type == 'joint_state':
-            msg = JointState(name=list(self._cfg.joint_names), position=sample.positions.tolist())
+            msg = JointState(name=list(self._command_names))
+            setattr(msg, self._command_field, sample.positions.tolist())  # velocities never as positions
             msg.header.stamp, msg.header.frame_id = header_stamp, self._cfg.frame_id
         else:
             msg = Float64MultiArray(data=sample.positions.tolist())

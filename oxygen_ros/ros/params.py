@@ -111,6 +111,8 @@ _TASK_DOCS = {
     'temperature': 'Sampling temperature (0 = greedy).',
     'top_k': 'Sample among the k most likely tokens (0 = all).',
     'every_n_frames': 'Submit a request of this task every N control frames (0 = only on asks).',
+    'own_prefix': 'Put the filled template inside its own bidirectional prefix (images + prompt, no '
+                  'state), as pi0.5 subtask prediction does; one extra prefill per request.',
 }
 
 

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from oxygen_ros.core.config import get_preset
+from oxygen_ros.core.model import ckpt_config as cc
 from oxygen_ros.core.model import ckpt_files as cf
 from oxygen_ros.core.model.keymap import (EMBED_KEY, EXPERT_LM_HEAD_KEY, LM_HEAD_KEY, CheckpointError, ckpt_to_own,
                                           detect_layout, own_to_ckpt)
@@ -270,19 +271,19 @@ def test_config_derived_from_layout_json(tmp_path, model):
     with pytest.raises(CheckpointError, match="paligemma_variant='oxygen:pi05-tiny'"):
         load_pretrained(tmp_path)
     full = get_preset("pi05")
-    raw = cf.openpi_config_json(full.replace(action_horizon=10), "bfloat16")
+    raw = cc.openpi_config_json(full.replace(action_horizon=10), "bfloat16")
     assert raw["paligemma_variant"] == "gemma_2b" and raw["action_expert_variant"] == "gemma_300m"
-    assert cf.config_from_openpi(raw) == full.replace(action_horizon=10)
-    lr = cf.lerobot_config_json(full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48), stats(),
+    assert cc.config_from_openpi(raw) == full.replace(action_horizon=10)
+    lr = cc.lerobot_config_json(full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48), stats(),
                                 "float32")
     assert (lr["chunk_size"], lr["num_inference_steps"], lr["tokenizer_max_length"]) == (16, 5, 48)
-    assert cf.config_from_lerobot(lr) == full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48)
+    assert cc.config_from_lerobot(lr) == full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48)
     assert lr["input_features"]["observation.state"]["shape"] == [2]
     assert lr["output_features"]["action"]["shape"] == [3]
     with pytest.raises(CheckpointError, match="type='act'"):
-        cf.config_from_lerobot({"type": "act"})
+        cc.config_from_lerobot({"type": "act"})
     with pytest.raises(CheckpointError, match="pi05=false"):
-        cf.config_from_openpi({"pi05": False})
+        cc.config_from_openpi({"pi05": False})
 
 
 def test_lerobot_stats_extra_entries_ignored(tmp_path, model):

@@ -137,7 +137,7 @@ def test_launch_arguments_override_model_device_and_namespace(monkeypatch):
 def test_every_shipped_parameter_file_is_installed():
     setup = (REPO / 'setup.py').read_text()
     assert 'glob("config/*.yaml")' in setup and 'glob("launch/*.launch.py")' in setup
-    assert sorted(p.name for p in (REPO / 'config').glob('*.yaml')) >= ['droid.yaml', 'oxygen.yaml']
+    assert {p.name for p in (REPO / 'config').glob('*.yaml')} >= {'aloha.yaml', 'droid.yaml', 'libero.yaml', 'oxygen.yaml'}
 
 
 def _colcon() -> str | None:

@@ -28,7 +28,7 @@ from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .faults import FaultLog
 from .lifecycle import RequestBook
-from .frame import FramePrefix
+from .frame import FramePrefix, task_prefix
 from .plan import FramePlan
 from .requests import FrameResult, LanguageRequest, RequestStatus
 from .runner import Runner
@@ -218,8 +218,8 @@ class Engine:
         staged = m.vision + m.prefill + m.decode  # model time spent inside this call is not "start"
         with self.streams.decode(), self.faults.guard("start", [r.id for r in admitted]) as g:
             for r in admitted:
-                if self.cfg.mode == "isolated":
-                    own_prefix = self._prefill(enc, prefix.frame_id)
+                if self.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its own prompt)
+                    own_prefix = self._prefill(task_prefix(enc, r.prefix_ids), prefix.frame_id)
                     m.vision += own_prefix.stage_times["vision"]
                     m.prefill += own_prefix.stage_times["prefill"]
                     self.book.attach(r, own_prefix, shared=False)

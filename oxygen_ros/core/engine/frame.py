@@ -7,12 +7,13 @@ One owner per concept: the runner creates :class:`FramePrefix`; the request book
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
+from ..policy import EncodedObservation
 
 
 @dataclass
@@ -76,3 +77,11 @@ class RequestState:
     def blocks_held(self) -> list[int]:
         """Every block this request holds a reference to."""
         return self.prefix.blocks + self.table.blocks
+
+
+def task_prefix(enc: EncodedObservation, prefix_ids: list[int]) -> EncodedObservation:
+    """``enc`` with its prompt replaced by an own-prefix task's ``prefix_ids`` (none: ``enc``)."""
+    if not prefix_ids:
+        return enc
+    ids = torch.tensor([prefix_ids], dtype=torch.long)
+    return replace(enc, tokens=ids, token_masks=torch.ones_like(ids, dtype=torch.bool))

@@ -94,7 +94,10 @@ class RequestBook:
             try:
                 r.prompt = format_template(self.cfg.task(r.task).template, text=r.text,
                                            instruction=instruction)
-                r.prompt_ids = tok.tokenize_continuation(r.prompt) if r.prompt else []
+                if self.cfg.task(r.task).own_prefix:  # π0.5 subtask style: prompt inside its own prefix
+                    r.prefix_ids, r.prompt_ids = tok.tokenize_prefix_prompt(r.prompt), []
+                else:
+                    r.prompt_ids = tok.tokenize_continuation(r.prompt) if r.prompt else []
                 keep.append(r)
             except (KeyError, ValueError) as e:
                 self._end(r, RequestStatus.REJECTED, f"bad prompt: {e}")

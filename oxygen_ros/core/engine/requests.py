@@ -41,6 +41,8 @@ class LanguageRequest:
         id: engine-unique id; task: task name; text: the ask (may be empty).
         prompt: the filled template appended after the frame prefix (set at admission).
         prompt_ids: its token ids (no BOS).
+        prefix_ids: for an ``own_prefix`` task, the ids (BOS first) of its own prefix prompt
+            (``prompt_ids`` is then empty: decoding starts at the prefix's last token).
         sample_key: key of its counter-based sampling noise (the seed, or drawn at creation; see
             :mod:`~oxygen_ros.core.model.sampling`).
         max_new_tokens: token budget; stop_ids: ids that end the request (EOS always does).
@@ -64,6 +66,7 @@ class LanguageRequest:
     status: RequestStatus = RequestStatus.QUEUED
     prompt: str = ""
     prompt_ids: list[int] = field(default_factory=list)
+    prefix_ids: list[int] = field(default_factory=list)
     frame_id: int = -1
     output_ids: list[int] = field(default_factory=list)
     output_text: str = ""

@@ -152,8 +152,11 @@ class Scheduler:
         return self.capacity(self.reserve * self.pool.block_size)
 
     def need_blocks(self, r: LanguageRequest, prefix_tokens: int) -> int:
-        """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated)."""
+        """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated, or
+        its own prefix — at most the frame's image tokens and its prompt — for an own-prefix task)."""
         own = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
+        if r.prefix_ids:
+            return self.pool.blocks_for(prefix_tokens + len(r.prefix_ids)) + own
         if self.cfg.mode == "isolated":
             return self.pool.blocks_for(prefix_tokens) + own
         return own

@@ -1,4 +1,4 @@
-"""Checkpoint side files: model configs and normalisation statistics of both layouts.
+"""Checkpoint side files of both layouts: JSON helpers and normalisation statistics.
 
 * openpi PyTorch folders: ``config.json`` as written by openpi
   ``examples/convert_jax_model_to_pytorch.py`` (``action_dim``, ``action_horizon``,
@@ -13,14 +13,14 @@
   ``policy_preprocessor_step_2_normalizer_processor.safetensors``, and ``policy_postprocessor.json``
   whose step 0 ``unnormalizer_processor`` keeps ``action.<stat>``
   (``policy_postprocessor_step_0_unnormalizer_processor.safetensors``).
-* ``oxygen_config.json`` (ours, :meth:`ModelConfig.to_dict`) wins over both when present.
+* ``oxygen_config.json`` (ours, :meth:`ModelConfig.to_dict`): see :mod:`.ckpt_config`, which
+  turns these files into a :class:`ModelConfig`.
 
 Norm-stats dicts use openpi names: ``"state"`` and ``"actions"``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import ConfigError, GemmaConfig, ModelConfig, get_preset
+from ..config import ModelConfig
 from ..types import NormStats
 from .keymap import CheckpointError
 
@@ -37,13 +37,31 @@ OXYGEN_CONFIG = "oxygen_config.json"
 PRE_JSON, POST_JSON = "policy_preprocessor.json", "policy_postprocessor.json"
 PRE_STATS = "policy_preprocessor_step_2_normalizer_processor.safetensors"
 POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-#: openpi ``models/gemma.py`` ``get_config`` sizes of the variants π0.5 uses.
-VARIANTS: dict[str, GemmaConfig] = {
-    "gemma_2b": GemmaConfig(width=2048, depth=18, mlp_dim=16384),
-    "gemma_300m": GemmaConfig(width=1024, depth=18, mlp_dim=4096),
-}
 _LEROBOT_NAMES = {"state": "observation.state", "actions": "action"}
 _STATS = ("mean", "std", "q01", "q99")
+
+
+def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
+    """The checkpoint folder ``path_or_preset`` names, or ``None`` for a model preset name.
+
+    A folder wins over a preset of the same name. Anything else is an error, so that a mistyped
+    path says so instead of "unknown preset".
+
+    Raises:
+        CheckpointError: the path does not exist (the known presets are listed too), or is a file.
+    """
+    from ..config import PRESETS
+
+    p = Path(str(path_or_preset)).expanduser()
+    if p.is_dir():
+        return p
+    if str(path_or_preset) in PRESETS:
+        return None
+    if p.exists():
+        raise CheckpointError(f"model {str(path_or_preset)!r} is a file, not a checkpoint folder (pass the folder "
+                              f"holding model.safetensors and config.json)")
+    raise CheckpointError(f"model {str(path_or_preset)!r}: checkpoint folder {p.resolve()} does not exist "
+                          f"(and it is not a model preset: {sorted(PRESETS)})")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -63,86 +81,8 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-# ---------------------------------------------------------------------------------------- configs
-def _from_variants(vlm: str, expert: str, src: str, **fields: Any) -> ModelConfig:
-    for field_name, v in (("paligemma_variant", vlm), ("action_expert_variant", expert)):
-        if v not in VARIANTS:
-            raise CheckpointError(f"{src}: {field_name}={v!r} is not supported (known: {sorted(VARIANTS)}); "
-                                  f"write {OXYGEN_CONFIG} for other architectures")
-    base = get_preset("pi05")
-    name = "pi05" if (vlm, expert) == ("gemma_2b", "gemma_300m") else f"pi05[{vlm}+{expert}]"
-    try:
-        return dataclasses.replace(base, name=name, vlm=VARIANTS[vlm], expert=VARIANTS[expert],
-                                   **{k: v for k, v in fields.items() if v is not None}).validate()
-    except (ConfigError, TypeError) as e:
-        raise CheckpointError(f"{src}: {e}") from e
-
-
-def config_from_openpi(d: dict[str, Any], src: str = "config.json") -> ModelConfig:
-    """ModelConfig from an openpi PyTorch ``config.json`` (pi05 with gemma_2b/gemma_300m)."""
-    if d.get("pi05") is False:
-        raise CheckpointError(f"{src}: pi05=false (a π0 checkpoint); only π0.5 is supported")
-    return _from_variants(d.get("paligemma_variant", "gemma_2b"), d.get("action_expert_variant", "gemma_300m"),
-                          src, action_dim=d.get("action_dim"), action_horizon=d.get("action_horizon"),
-                          max_token_len=d.get("max_token_len"))
-
-
-def config_from_lerobot(d: dict[str, Any], src: str = "config.json") -> ModelConfig:
-    """ModelConfig from a LeRobot ``PI05Config`` ``config.json`` (``type`` must be ``pi05``)."""
-    if d.get("type") != "pi05":
-        raise CheckpointError(f"{src}: type={d.get('type')!r}, expected 'pi05' (LeRobot PI05Config)")
-    res = d.get("image_resolution")
-    image_size = None
-    if res is not None:
-        if len(res) != 2 or res[0] != res[1]:
-            raise CheckpointError(f"{src}: image_resolution={res!r} must be square")
-        image_size = int(res[0])
-    cfg = _from_variants(d.get("paligemma_variant", "gemma_2b"), d.get("action_expert_variant", "gemma_300m"),
-                         src, action_dim=d.get("max_action_dim"), action_horizon=d.get("chunk_size"),
-                         num_denoise_steps=d.get("num_inference_steps"),
-                         max_token_len=d.get("tokenizer_max_length"), time_min_period=d.get("min_period"),
-                         time_max_period=d.get("max_period"))
-    if image_size is not None and image_size != cfg.vision.image_size:
-        cfg = cfg.replace(vision=dataclasses.replace(cfg.vision, image_size=image_size))
-    return cfg
-
-
-def resolve_config(folder: Path, layout: str) -> tuple[ModelConfig, str, dict[str, Any]]:
-    """The model config of a folder: ``oxygen_config.json`` if present, else derived from the
-    layout's ``config.json``.
-
-    Returns:
-        (config, source file name, the raw layout ``config.json`` or ``{}``).
-
-    Raises:
-        CheckpointError: no usable config, or an unsupported/invalid one (the field is named).
-    """
-    raw = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    if (folder / OXYGEN_CONFIG).is_file():
-        try:
-            return ModelConfig.from_dict(read_json(folder / OXYGEN_CONFIG)), OXYGEN_CONFIG, raw
-        except (ConfigError, TypeError, KeyError) as e:
-            raise CheckpointError(f"{folder / OXYGEN_CONFIG}: {e}") from e
-    if not raw:
-        raise CheckpointError(f"{folder}: neither {OXYGEN_CONFIG} nor config.json found")
-    src = str(folder / "config.json")
-    cfg = config_from_lerobot(raw, src) if layout == "lerobot" else config_from_openpi(raw, src)
-    return cfg, "config.json", raw
-
-
-def _variant_name(g: GemmaConfig, fallback: str) -> str:
-    return next((n for n, v in VARIANTS.items() if v == g), fallback)
-
-
-def openpi_config_json(cfg: ModelConfig, precision: str) -> dict[str, Any]:
-    """openpi-style ``config.json`` (non-standard sizes get ``oxygen:<name>`` variant names)."""
-    return {"action_dim": cfg.action_dim, "action_horizon": cfg.action_horizon,
-            "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
-            "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
-            "precision": precision, "max_token_len": cfg.max_token_len, "pi05": True}
-
-
-def _features(cfg: ModelConfig, stats: dict[str, NormStats]) -> tuple[dict[str, Any], dict[str, Any]]:
+def lerobot_features(cfg: ModelConfig, stats: dict[str, NormStats]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LeRobot ``input_features`` / ``output_features`` of a π0.5 config with these stats."""
     s = cfg.vision.image_size
     inputs: dict[str, Any] = {f"observation.images.{k}": {"type": "VISUAL", "shape": [3, s, s]}
                               for k in cfg.image_slots}
@@ -150,20 +90,6 @@ def _features(cfg: ModelConfig, stats: dict[str, NormStats]) -> tuple[dict[str, 
     adim = stats["actions"].dim if "actions" in stats else cfg.action_dim
     return inputs, {"action": {"type": "ACTION", "shape": [adim]}}
 
-
-def lerobot_config_json(cfg: ModelConfig, stats: dict[str, NormStats], precision: str) -> dict[str, Any]:
-    """LeRobot ``PI05Config``-style ``config.json`` (fields of ``configuration_pi05.py``)."""
-    inputs, outputs = _features(cfg, stats)
-    return {"type": "pi05", "n_obs_steps": 1, "input_features": inputs, "output_features": outputs,
-            "device": None, "use_amp": False, "push_to_hub": False,
-            "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
-            "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
-            "dtype": precision, "chunk_size": cfg.action_horizon, "n_action_steps": cfg.action_horizon,
-            "max_state_dim": 32, "max_action_dim": cfg.action_dim, "num_inference_steps": cfg.num_denoise_steps,
-            "min_period": cfg.time_min_period, "max_period": cfg.time_max_period,
-            "image_resolution": [cfg.vision.image_size] * 2, "empty_cameras": 0,
-            "tokenizer_max_length": cfg.max_token_len,
-            "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}}
 
 
 # ------------------------------------------------------------------------------------ norm stats
@@ -267,6 +193,30 @@ def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, An
     return out, info
 
 
+def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
+                       norm_info: dict[str, Any] | None = None, asset_id: str | None = None) -> None:
+    """Raise unless ``stats`` has both ``state`` and ``actions`` (what a policy needs).
+
+    Raises:
+        CheckpointError: naming the missing quantities and the file(s) the loader read or expected
+            for them (openpi ``assets/<asset_id>/norm_stats.json``; LeRobot's processor files), and
+            the ``norm_stats`` console tool that writes them from one's own bags.
+    """
+    missing = [k for k in ("state", "actions") if k not in stats]
+    if not missing:
+        return
+    if layout == "openpi":
+        where = f"{folder / 'assets' / (asset_id or '<asset_id>') / 'norm_stats.json'} with entries 'state' and 'actions'"
+    else:
+        info = norm_info or {}
+        pre = info.get("state_file") or "policy_preprocessor_step_<i>_normalizer_processor.safetensors"
+        post = info.get("action_file") or POST_STATS
+        where = (f"{folder / PRE_JSON} naming a normalizer_processor state file ({folder / pre}) with "
+                 f"observation.state.q01/q99, and {folder / post} (or the preprocessor file) with action.q01/q99")
+    raise CheckpointError(f"{folder}: no normalisation statistics for {' and '.join(missing)}; expected {where}. "
+                          f"Compute them from your robot's bags with `norm_stats` (README: 'Norm stats from your bags')")
+
+
 def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelConfig) -> None:
     """Write the pi05 processor pipelines and their normaliser state files (LeRobot format).
 
@@ -278,7 +228,7 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
         raise ValueError(f"LeRobot layout stores only 'state' and 'actions' stats, got also {unknown}")
     flat = {f"{_LEROBOT_NAMES[n]}.{s}": torch.from_numpy(np.asarray(getattr(v, s), dtype=np.float32).copy())
             for n, v in stats.items() for s in _STATS}
-    inputs, outputs = _features(cfg, stats)
+    inputs, outputs = lerobot_features(cfg, stats)
     norm_map = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
     norm = {"eps": 1e-8, "features": {**inputs, **outputs}, "norm_map": norm_map}
     pre_steps: list[dict[str, Any]] = [
@@ -308,6 +258,6 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
     write_json(folder / POST_JSON, {"name": "policy_postprocessor", "steps": post_steps})
 
 
-__all__ = ["OXYGEN_CONFIG", "VARIANTS", "read_json", "write_json", "config_from_openpi", "config_from_lerobot",
-           "resolve_config", "openpi_config_json", "lerobot_config_json", "read_openpi_stats",
-           "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats"]
+__all__ = ["checkpoint_folder", "OXYGEN_CONFIG", "PRE_JSON", "POST_JSON", "PRE_STATS", "POST_STATS", "read_json", "write_json",
+           "lerobot_features", "read_openpi_stats", "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats",
+           "require_norm_stats"]

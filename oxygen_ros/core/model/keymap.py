@@ -155,15 +155,15 @@ def detect_layout(ckpt_keys: list[str] | set[str]) -> str:
 #: Substrings of own parameter names kept in float32 when the rest is reduced precision: the
 #: Gemma norms incl. adaRMS ``dense`` (openpi ``to_bfloat16_for_selected_params``).
 FP32_PARAM_PATTERNS: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm", "vlm.norm.", "expert.norm.")
-#: openpi also keeps the SigLIP patch/position embeddings fp32. Our ``siglip.py`` feeds the
-#: embeddings' output straight into the (bf16) encoder LayerNorm, which then fails with "mixed
-#: dtype", so these are NOT kept fp32 until the vision encoder casts after its embeddings.
+#: openpi also keeps the SigLIP patch/position embeddings fp32 (``VisionEncoder`` computes the
+#: embeddings in fp32 and casts them to the encoder's dtype).
 SIGLIP_FP32_PATTERNS: tuple[str, ...] = ("embeddings.patch_embedding.", "embeddings.position_embedding.")
 
 
 def keep_fp32(own_key: str) -> bool:
-    """Whether the parameter stays float32 under a bf16/fp16 dtype policy."""
-    return any(p in own_key for p in FP32_PARAM_PATTERNS)
+    """Whether the parameter stays float32 under a bf16/fp16 dtype policy (Gemma norms, adaRMS
+    ``dense`` layers, SigLIP patch and position embeddings)."""
+    return any(p in own_key for p in FP32_PARAM_PATTERNS + SIGLIP_FP32_PATTERNS)
 
 
 __all__ = ["Layout", "LAYOUTS", "CheckpointError", "LM_HEAD_KEY", "EMBED_KEY", "EXPERT_LM_HEAD_KEY",

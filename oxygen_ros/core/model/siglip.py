@@ -31,7 +31,12 @@ def build_vision_tower(cfg: VisionConfig) -> SiglipVisionModel:
 
 
 class VisionEncoder(nn.Module):
-    """SigLIP tower + ``Linear(vision width, vlm width)`` projector."""
+    """SigLIP tower + ``Linear(vision width, vlm width)`` projector.
+
+    Under a 16-bit dtype policy the patch and position embeddings stay float32 (openpi
+    ``to_bfloat16_for_selected_params``; see :data:`.keymap.SIGLIP_FP32_PATTERNS`): the embeddings are
+    computed in float32 and cast to the encoder's dtype before its first LayerNorm.
+    """
 
     def __init__(self, cfg: VisionConfig, out_width: int) -> None:
         super().__init__()
@@ -40,6 +45,8 @@ class VisionEncoder(nn.Module):
 
     def forward(self, pixels: Tensor) -> Tensor:
         """pixels ``[N, 3, S, S]`` in [-1, 1] → image tokens ``[N, (S/patch)^2, out_width]``."""
-        p = pixels.to(self.tower.dtype if hasattr(self.tower, "dtype") else pixels.dtype)
-        feats = self.tower(pixel_values=p).last_hidden_state
+        vt = getattr(self.tower, "vision_model", self.tower)  # transformers >= 5.2x dropped the level
+        emb = vt.embeddings(pixels.to(vt.embeddings.patch_embedding.weight.dtype))
+        enc_dtype = vt.post_layernorm.weight.dtype
+        feats = vt.post_layernorm(vt.encoder(inputs_embeds=emb.to(enc_dtype)).last_hidden_state)
         return self.projector(feats.to(self.projector.weight.dtype))

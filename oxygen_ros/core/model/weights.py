@@ -4,7 +4,7 @@
 * :func:`save_pretrained` — the same layouts back (exact round trip);
 * :func:`random_pretrained` — deterministic random weights for tests and the demo.
 
-Key mapping: :mod:`.keymap`; configs and norm stats: :mod:`.ckpt_files`. Follows openpi
+Key mapping: :mod:`.keymap`; configs: :mod:`.ckpt_config`; norm stats: :mod:`.ckpt_files`. Follows openpi
 ``models_pytorch/pi0_pytorch.py`` (``PI0Pytorch`` state dict, ``to_bfloat16_for_selected_params``)
 and LeRobot ``policies/pi05`` (``PI05Policy``: the same module under ``model.``).
 """
@@ -23,6 +23,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..types import NormStats
+from . import ckpt_config as cc
 from . import ckpt_files as cf
 from .gemma import MoTRunner
 from .keymap import (LM_HEAD_KEY, OWN_EMBED_KEY, CheckpointError, ckpt_to_own, detect_layout, has_vision_level,
@@ -48,6 +49,8 @@ class CheckpointInfo:
         skipped_keys: checkpoint keys deliberately ignored (the expert LM head).
         restored_keys: own keys filled from their tied partner (the embedding from the LM head).
         dtypes: parameter dtype -> number of parameters with it, after loading.
+        derived_from_shapes: config fields taken from the tensor shapes because ``config.json``
+            named other sizes, as ``"vlm.width: 2048 -> 64"`` lines.
     """
 
     layout: str
@@ -59,6 +62,7 @@ class CheckpointInfo:
     skipped_keys: list[str] = field(default_factory=list)
     restored_keys: list[str] = field(default_factory=list)
     dtypes: dict[str, int] = field(default_factory=dict)
+    derived_from_shapes: list[str] = field(default_factory=list)
 
 
 def weight_index(folder: Path) -> dict[str, Path]:
@@ -147,8 +151,8 @@ def plan_load(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, 
 
 def target_dtype(own_key: str, device: torch.device, dtype: torch.dtype | None) -> torch.dtype:
     """dtype policy: fp32 on CPU; bf16 on CUDA; ``dtype`` overrides. Under a 16-bit dtype the Gemma
-    norms (incl. adaRMS ``dense``) stay fp32, as openpi ``to_bfloat16_for_selected_params``; the SigLIP
-    patch/position embeddings do not yet (see :data:`.keymap.SIGLIP_FP32_PATTERNS`)."""
+    norms (incl. adaRMS ``dense``) and the SigLIP patch/position embeddings stay fp32, as openpi
+    ``to_bfloat16_for_selected_params`` (see :func:`.keymap.keep_fp32`)."""
     want = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     return torch.float32 if want.itemsize < 4 and keep_fp32(own_key) else want
 
@@ -206,20 +210,25 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         CheckpointError: unknown layout, bad config, any missing/unexpected/wrongly shaped key, tied
             LM head differing from the embedding, malformed norm stats.
     """
-    folder, device = Path(folder), torch.device(device)
-    if not folder.is_dir():
+    folder, device = Path(folder).expanduser(), torch.device(device)
+    if not folder.exists():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint path {folder} is not a folder (pass the folder holding "
+                              f"{WEIGHTS} and config.json)")
     index = weight_index(folder)
     layout = detect_layout(set(index))
-    cfg, source, raw = cf.resolve_config(folder, layout)
-    info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw)
+    shapes = _shapes(index)
+    cfg, source, raw, derived = cc.resolve_config(folder, layout, shapes)
+    info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw,
+                          derived_from_shapes=derived)
     if layout == "openpi":
         stats, info.asset_id = cf.read_openpi_stats(folder, asset_id)
     else:
         stats, info.norm_info = cf.read_lerobot_stats(folder)
     model = _meta_model(cfg)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, _shapes(index), layout)
+    plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, shapes, layout)
     state: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for own, ck in plan.items():
@@ -262,11 +271,11 @@ def save_pretrained(model: Pi05Model, folder: str | Path, norm_stats: dict[str, 
     precision = str(model.dtype).removeprefix("torch.")
     cf.write_json(folder / cf.OXYGEN_CONFIG, cfg.to_dict())
     if layout == "openpi":
-        cf.write_json(folder / "config.json", cf.openpi_config_json(cfg, precision))
+        cf.write_json(folder / "config.json", cc.openpi_config_json(cfg, precision))
         if norm_stats:
             cf.write_openpi_stats(folder, norm_stats, asset_id)
     else:
-        cf.write_json(folder / "config.json", cf.lerobot_config_json(cfg, norm_stats, precision))
+        cf.write_json(folder / "config.json", cc.lerobot_config_json(cfg, norm_stats, precision))
         cf.write_lerobot_stats(folder, norm_stats, cfg)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
