@@ -48,7 +48,7 @@ def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
         reported.append((kind, level))
         problems.report(kind, message, 0.0, level)
 
-    worker = InferenceWorker(eng, None, out, FrameStats(), report, log)
+    worker = InferenceWorker(eng, None, out, FrameStats(), report, log, frames=None)  # _handle only
     with FaultInjector(eng) as inj:
         eng.submit_observation(obs(0))
         huge = eng.submit_request("conversation", "x", 400)
