@@ -25,8 +25,10 @@ def obs(i: int, masked: bool = False) -> Observation:
 
 def run(policy, frames=5, **kw):
     """Frames alternate masked / unmasked wrist camera; greedy and seeded sampled requests."""
+    # no queue age bound: a compile stall (tens of seconds on a loaded CPU) must not expire a queued
+    # request in one run and not in the other — the equivalence is about outputs, not wall time
     eng = Engine(policy, EngineConfig(tokens_per_frame=2, tasks=TASKS, max_running_requests=2,
-                                      num_denoise_steps=2, **kw))
+                                      num_denoise_steps=2, max_queue_wait_s=0.0, **kw))
     acts, toks = [], {}
     for f in range(frames):
         eng.submit_observation(obs(f, masked=f % 2 == 1))

@@ -85,3 +85,14 @@ def test_a_single_configured_joint():
         _, _, vec = dec.decode(serialize_message(joint_state(NAMES, [1, 2, 3, 4])))
         np.testing.assert_array_equal(vec, [2.0])
     assert dec.fast == 2
+
+
+def test_garbage_in_alignment_padding_keeps_the_fast_path():
+    """A serializer may leave CDR padding bytes uninitialised: they are not part of the layout."""
+    dec = JointStateDecoder(NAMES)
+    dec.decode(serialize_message(joint_state(NAMES, [1, 2, 3, 4], frame_id='')))
+    data = bytearray(serialize_message(joint_state(NAMES, [5, 6, 7, 8], frame_id='')))
+    data[17:20] = b'\xaa\xbb\xcc'  # frame_id '' = length 1 + NUL at 12..16, then 3 padding bytes
+    _, _, vec = dec.decode(bytes(data))
+    np.testing.assert_array_equal(vec, [5, 6, 7, 8])
+    assert dec.standard == 1 and dec.fast == 1

@@ -43,20 +43,25 @@ def _align(offset: int, size: int) -> int:
     return offset + (-rel % size)
 
 
-def _position_layout(data: bytes) -> tuple[int, int, int]:
-    """(end of the name sequence, offset of the position count, offset of the first float64)."""
+def _position_layout(data: bytes) -> tuple[list[tuple[int, int]], int, int]:
+    """(the byte ranges of ``frame_id`` + ``name`` + position count WITHOUT the alignment padding,
+    offset of the position count, offset of the first float64). Padding bytes are not compared:
+    a serializer may leave them uninitialised."""
     off = _ORIGIN + 8  # after stamp
     (n,) = struct.unpack_from('<I', data, off)
-    off += 4 + n
-    off = _align(off, 4)
+    segments = [(off, off + 4 + n)]
+    off = _align(off + 4 + n, 4)
     (count,) = struct.unpack_from('<I', data, off)
+    segments.append((off, off + 4))
     off += 4
     for _ in range(count):
         off = _align(off, 4)
         (n,) = struct.unpack_from('<I', data, off)
+        segments.append((off, off + 4 + n))
         off += 4 + n
     count_at = _align(off, 4)
-    return off, count_at, _align(count_at + 4, 8)
+    segments.append((count_at, count_at + 4))
+    return segments, count_at, _align(count_at + 4, 8)
 
 
 class JointStateDecoder:
@@ -71,7 +76,8 @@ class JointStateDecoder:
 
     def __init__(self, joint_names: Sequence[str]) -> None:
         self.joint_names = tuple(joint_names)
-        self._key: bytes | None = None  # data[12:key_end] of the learnt layout
+        self._key: list[bytes] | None = None  # the learnt layout's bytes over self._segments
+        self._segments: list[tuple[int, int]] = []
         self._key_end = self._pos_at = self._end = 0
         self._positions: struct.Struct | None = None  # '<{n}d' of the learnt layout
         self._pick = operator.itemgetter(0)
@@ -88,7 +94,7 @@ class JointStateDecoder:
                 position (named), or bytes that are not a JointState.
         """
         key = self._key
-        if key is not None and len(data) >= self._end and data[_ORIGIN + 8:self._key_end] == key:
+        if key is not None and len(data) >= self._end and self._same_layout(data):
             picked = self._pick(self._positions.unpack_from(data, self._pos_at))
             if math.isfinite(sum(picked)):  # NaN/inf propagate (an overflow only costs the slow path)
                 sec, nsec = _STAMP.unpack_from(data, _ORIGIN)
@@ -108,13 +114,13 @@ class JointStateDecoder:
 
     def _learn(self, data: bytes, msg: JointState) -> None:
         """Adopt this message's layout if the offsets reproduce the standard decode exactly."""
-        if self._key is not None and data[_ORIGIN + 8:self._key_end] == self._key:
+        if self._key is not None and len(data) >= self._end and self._same_layout(data):
             return  # same layout, only a non-finite value sent it here
         self._key = None
         if bytes(data[:2]) != _CDR_LE:
             return
         try:
-            _, count_at, pos_at = _position_layout(data)
+            segments, count_at, pos_at = _position_layout(data)
             (n_pos,) = struct.unpack_from('<I', data, count_at)
             positions = np.frombuffer(data, '<f8', n_pos, pos_at)
         except (struct.error, ValueError):
@@ -129,4 +135,9 @@ class JointStateDecoder:
         self._pick = operator.itemgetter(*picks) if len(picks) > 1 else (lambda v, i=picks[0]: (v[i],))
         self._positions = struct.Struct(f'<{n_pos}d')
         self._key_end, self._pos_at, self._end = count_at + 4, pos_at, pos_at + 8 * n_pos
-        self._key = bytes(data[_ORIGIN + 8:self._key_end])
+        self._segments = segments
+        self._key = [bytes(data[a:b]) for a, b in segments]
+
+    def _same_layout(self, data: bytes) -> bool:
+        """Whether ``data`` has the learnt ``frame_id`` / names / count bytes (padding ignored)."""
+        return all(data[a:b] == k for (a, b), k in zip(self._segments, self._key))
