@@ -75,7 +75,10 @@ class ViewBase:
         return self._mask
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover
-        raise NotImplementedError
+        """Abstract: store this step's ``k``/``v`` (``[B, T, H_kv, D]``) where the view keeps them and
+        return the ``[B, S, H_kv, D]`` keys/values the queries attend to. Every concrete view
+        (contiguous cache, paged pool, denoise scratch) overrides it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement attend_kv")
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         k_all, v_all = self.attend_kv(layer, k, v)
