@@ -37,6 +37,20 @@ def test_plan_sizes_for_the_workload_within_the_budget():
                   budget_bytes=24_000, budget_source="24 kB")
 
 
+def test_concurrent_schedule_budgets_the_batchers_hand_over_prefix(policy):
+    p = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
+                  budget_bytes=10**6, budget_source="1 MB", extra_prefixes=1)
+    assert p.blocks == 20 + 4 * 15 and p.sustained == 4
+    assert "action path 30 blocks (prefix + next-frame reserve + 1 prefix(es) in the batcher's hand-over)" in p.describe()
+    with pytest.raises(PoolSizeError, match=r"needs 35 blocks .* reserve 10 \+ batcher hand-over 10 \+ 5"):
+        plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
+                  budget_bytes=34_000, budget_source="34 kB", extra_prefixes=1)
+    serial = Engine(policy, EngineConfig(tokens_per_frame=1)).pool_plan
+    conc = Engine(policy, EngineConfig(tokens_per_frame=1, schedule="concurrent")).pool_plan
+    assert conc.blocks == serial.blocks + serial.prefix_blocks
+    assert conc.sustained == serial.sustained == 31 and conc.extra_prefixes == 1 and serial.extra_prefixes == 0
+
+
 def test_impossible_configuration_is_a_configure_error_naming_the_numbers(policy):
     with pytest.raises(ConfigError) as err:
         Engine(policy, EngineConfig(kv_memory_mb=0.05))

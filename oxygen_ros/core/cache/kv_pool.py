@@ -72,15 +72,29 @@ class KVPool(KVTensors):
         return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
+def to_device(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` (a host tensor) on ``device`` without blocking the host.
+
+    On CUDA the tensor is staged in page-locked memory from PyTorch's caching host allocator and
+    copied with ``non_blocking=True``: a plain ``.to(cuda)`` of pageable memory waits for the
+    stream to drain (a host sync per index tensor on the hot path). The allocator keeps the staging
+    block until the copy has run, so the host may rewrite ``t`` at once. Elsewhere: ``t.to(device)``.
+    Follows the PyTorch notes on pinned memory ("Use pinned memory buffers", CUDA semantics).
+    """
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def pad_slots(rows: list[list[int]] | list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
     """Right-pad per-row slot lists (or 1-D tensors) with slot 0 → (``[B, L]`` int64 slots,
     ``[B]`` int64 lengths)."""
     tensors = [r if isinstance(r, Tensor) else torch.as_tensor(r, dtype=torch.long) for r in rows]
     lengths = torch.as_tensor([t.numel() for t in tensors], dtype=torch.long)
     if not tensors or int(lengths.max()) == 0:
-        return torch.zeros(len(tensors), 1, dtype=torch.long, device=device), lengths.to(device)
+        return torch.zeros(len(tensors), 1, dtype=torch.long, device=device), to_device(lengths, device)
     out = torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True)
-    return out.to(device), lengths.to(device)
+    return to_device(out, device), to_device(lengths, device)
 
 
 class PagedPrefillView(ViewBase):
@@ -103,7 +117,7 @@ class PagedPrefillView(ViewBase):
         flat = [s for r in slots for s in r]
         if len(flat) != int(self._rows.numel()):
             raise ValueError(f"{len(flat)} slots given for {int(self._rows.numel())} valid prefix tokens")
-        self._slots = torch.as_tensor(flat, dtype=torch.long, device=pool.device)
+        self._slots = to_device(torch.as_tensor(flat, dtype=torch.long), pool.device)
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.pool.write(layer, self._slots, k[self._rows, self._cols], v[self._rows, self._cols])
@@ -129,14 +143,15 @@ class PagedExtendView(ViewBase):
                  valid: Tensor) -> None:
         self.pool = pool
         dev = pool.device
-        self._read = read.to(dev)
-        lengths, past, valid = lengths.to(dev), past.to(dev), valid.to(dev)
+        rows, cols = valid.nonzero(as_tuple=True)  # on the host when valid is (no device sync)
+        self._read = to_device(read, dev)
+        lengths, past, valid = to_device(lengths, dev), to_device(past, dev), to_device(valid, dev)
         self.positions = past[:, None] + valid.long().cumsum(-1) - 1
         s = torch.arange(self._read.shape[1], device=dev)
         self.allowed = (s[None, None, :] <= self.positions[:, :, None]) & (s[None, None, :] < lengths[:, None, None])
         self.positions = self.positions.clamp_min(0)
-        self._rows, self._cols = valid.nonzero(as_tuple=True)
-        self._new = new_slots.to(dev)
+        self._rows, self._cols = to_device(rows, dev), to_device(cols, dev)
+        self._new = to_device(new_slots, dev)
         if self._new.numel() != self._rows.numel():
             raise ValueError(f"{self._new.numel()} new slots for {self._rows.numel()} valid new tokens")
 

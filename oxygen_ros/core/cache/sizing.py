@@ -3,7 +3,9 @@
 What the pool must hold at once (DESIGN §4): the current frame's prefix, the reserve for the next
 frame's prefix (so the action path never waits for blocks), and every language request in flight
 — each with its own frame's prefix (requests admitted in different frames do not share one) plus
-its own prompt and token budget. How many requests are in flight follows from the arrival rate
+its own prompt and token budget. The concurrent schedule holds one prefix more: the batcher still
+owns the previous frame's prefix (its grant, not yet started) while the action loop prefills the
+next one. How many requests are in flight follows from the arrival rate
 and k: a request of N tokens decoded at k tokens per frame lives ``ceil(N / k)`` frames
 (Little's law: in flight = arrival rate × lifetime; vLLM sizes its KV cache from a memory budget
 the same way, ``gpu_memory_utilization`` × free memory).
@@ -38,6 +40,7 @@ class PoolPlan:
     Attributes:
         blocks: pool size in blocks; bytes_per_block: K+V bytes of one block over all layers.
         prefix_blocks: blocks of the longest frame prefix (also the next-frame reserve).
+        extra_prefixes: prefixes held beyond the serial schedule's (1 for ``concurrent``).
         request_blocks: blocks one longest request holds in flight (its frame's prefix + prompt
             allowance + token budget).
         in_flight: requests in flight the configured workload needs (0 for no language task).
@@ -50,6 +53,7 @@ class PoolPlan:
     bytes_per_block: int
     prefix_blocks: int
     request_blocks: int
+    extra_prefixes: int
     in_flight: int
     sustained: int
     frames_per_request: int
@@ -67,8 +71,10 @@ class PoolPlan:
 
     def describe(self) -> str:
         """One line for the configure-time log."""
+        extra = f" + {self.extra_prefixes} prefix(es) in the batcher's hand-over" if self.extra_prefixes else ""
         return (f"KV pool: {self.blocks} blocks ({self.nbytes / 2**20:.1f} MiB, {self.source}); "
-                f"action path {2 * self.prefix_blocks} blocks (prefix + next-frame reserve), "
+                f"action path {(2 + self.extra_prefixes) * self.prefix_blocks} blocks (prefix + next-frame "
+                f"reserve{extra}), "
                 f"{self.request_blocks} blocks per request; holds {self.sustained} requests in flight "
                 f"(workload needs {self.in_flight}), i.e. {self.sustained_rate:.2f} requests/frame of "
                 f"{self.frames_per_request} frames each")
@@ -95,13 +101,14 @@ def in_flight_requests(rate_per_frame: float, max_new_tokens: int, tokens_per_fr
 
 def plan_pool(*, bytes_per_block: int, prefix_blocks: int, own_blocks: int, in_flight: int,
               frames_per_request: int, min_own_blocks: int = 0, kv_blocks: int = 0, budget_bytes: int = 0,
-              budget_source: str = "") -> PoolPlan:
+              budget_source: str = "", extra_prefixes: int = 0) -> PoolPlan:
     """Choose the pool size.
 
     ``n`` requests in flight, each on its own frame's prefix ``P`` with ``O`` own blocks, plus the
     next frame's reserve need ``P + n (P + O)`` blocks (the current frame's prefix is the newest
     request's). ``kv_blocks > 0`` is taken as given; otherwise that need for ``in_flight``
-    requests, capped by ``budget_bytes``.
+    requests, capped by ``budget_bytes``. ``extra_prefixes`` adds that many prefixes to the need
+    and the minimum (the concurrent schedule's hand-over: 1).
 
     Args:
         bytes_per_block: K+V bytes of one block over all layers; prefix_blocks: P (longest
@@ -110,26 +117,29 @@ def plan_pool(*, bytes_per_block: int, prefix_blocks: int, own_blocks: int, in_f
 
     Raises:
         PoolSizeError: the chosen size cannot hold the action path plus one request
-            (``2P + min_own_blocks``); the message names the blocks needed and available and the budget.
+            (``(2 + extra_prefixes) P + min_own_blocks``); the message names the blocks needed and available and the budget.
     """
     per_request = prefix_blocks + own_blocks if own_blocks else 0
     min_own = min_own_blocks or own_blocks
-    minimum = 2 * prefix_blocks + min_own
-    need = prefix_blocks + max(in_flight, 1) * per_request if own_blocks else 2 * prefix_blocks
+    held = (1 + extra_prefixes) * prefix_blocks  # next-frame reserve (+ the hand-over) beside the requests
+    minimum = prefix_blocks + held + min_own
+    need = held + max(in_flight, 1) * per_request if own_blocks else prefix_blocks + held
     if kv_blocks:
         blocks, source = kv_blocks, "engine.kv_blocks"
     else:
         fit = budget_bytes // bytes_per_block
         blocks = min(need, fit)
         source = f"sized for the workload within {budget_source}" if fit >= need else f"capped by {budget_source}"
-    sustained = max(0, (blocks - prefix_blocks) // per_request) if per_request else 0
+    sustained = max(0, (blocks - held) // per_request) if per_request else 0
     if blocks < minimum:
         mib = bytes_per_block / 2**20
         raise PoolSizeError(
             f"KV pool of {blocks} blocks ({blocks * mib:.1f} MiB, {source}) cannot hold one language request "
             f"beside the action path: needs {minimum} blocks ({minimum * mib:.1f} MiB) = prefix {prefix_blocks} "
-            f"+ next-frame reserve {prefix_blocks} + {min_own} for the longest task's max_new_tokens; raise the memory budget or kv_blocks, or lower max_new_tokens")
-    return PoolPlan(blocks, bytes_per_block, prefix_blocks, per_request, in_flight, sustained,
+            f"+ next-frame reserve {prefix_blocks}"
+            + (f" + batcher hand-over {extra_prefixes * prefix_blocks}" if extra_prefixes else "")
+            + f" + {min_own} for the longest task's max_new_tokens; raise the memory budget or kv_blocks, or lower max_new_tokens")
+    return PoolPlan(blocks, bytes_per_block, prefix_blocks, per_request, extra_prefixes, in_flight, sustained,
                     frames_per_request, source)
 
 
@@ -140,7 +150,8 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
     (``torch.cuda.mem_get_info``) or :data:`CPU_KV_MEMORY_MB` on the CPU. Workload: asked requests at
     ``requests_per_frame`` (if a task is asked) plus ``1 / every_n_frames`` per periodic task, each
     of the longest budget N plus :data:`PROMPT_ALLOWANCE` prompt tokens, living ``ceil(N / k)``
-    frames (k = ``tokens_per_frame``; ``min_decode_steps`` for the adaptive budget).
+    frames (k = ``tokens_per_frame``; ``min_decode_steps`` for the adaptive budget). The
+    ``concurrent`` schedule budgets one prefix more (the batcher's hand-over).
 
     Raises:
         ConfigError: the pool cannot hold one request beside the action path (numbers named).
@@ -166,7 +177,8 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
                          own_blocks=blocks_for(PROMPT_ALLOWANCE + longest) if cfg.tasks else 0,
                          min_own_blocks=blocks_for(longest),
                          in_flight=in_flight, frames_per_request=frames, kv_blocks=cfg.kv_blocks,
-                         budget_bytes=budget, budget_source=src)
+                         budget_bytes=budget, budget_source=src,
+                         extra_prefixes=int(cfg.schedule == "concurrent"))
     except PoolSizeError as e:
         raise ConfigError(f"engine: {e}") from None
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..cache.block_pool import BlockTable
-from ..cache.kv_pool import KVPool, PagedExtendView
+from ..cache.kv_pool import KVPool, PagedExtendView, to_device
 from ..config import EngineConfig
 from ..model.sampling import sample_batch
 from ..policy import EncodedObservation, Pi05Policy
@@ -87,7 +87,7 @@ class Runner:
         t0 = time.perf_counter()
         cams = [i for i, on in enumerate(enc.image_masks[0].tolist()) if on]
         if cams:
-            img = self.vision(enc.pixels[0, cams].to(dev))
+            img = self.vision(to_device(enc.pixels[0, cams], dev))
             img = img.reshape(1, -1, img.shape[-1]).clone()  # a graph output must not be replayed over
         else:
             img = torch.zeros(1, 0, self.policy.cfg.vlm.width, dtype=m.dtype, device=dev)
@@ -102,8 +102,8 @@ class Runner:
         slots = table.append(n)
         slot_row = torch.full((1, bucket), self.pool.null_slot, dtype=torch.long)
         slot_row[0, :n] = torch.as_tensor(slots, dtype=torch.long)
-        hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, tok.to(dev),
-                                    slot_row.to(dev), torch.tensor([n], device=dev), bucket > n)
+        hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, to_device(tok, dev),
+                                    to_device(slot_row, dev), to_device(torch.tensor([n]), dev), bucket > n)
         hidden = hidden.clone()  # kept across frames: never a CUDA-graph output buffer
         self.streams.sync()
         t2 = time.perf_counter()
@@ -125,15 +125,15 @@ class Runner:
         read = torch.full((1, prefix.bucket), self.pool.null_slot, dtype=torch.long)
         read[0, : prefix.length] = prefix.slot_tensor
         conds, dt = self.time_conditions(num_steps)
-        lengths, padded = torch.tensor([prefix.length], device=dev), prefix.bucket > prefix.length
-        noise = noise.to(device=dev, dtype=torch.float32)
+        lengths, padded = to_device(torch.tensor([prefix.length]), dev), prefix.bucket > prefix.length
+        noise, read = to_device(noise.to(torch.float32), dev), to_device(read, dev)
         st = self.denoise_stage
         if self.denoise_loop:
-            args = (self.pool.k, self.pool.v, self.pool.block_size, read.to(dev), lengths, noise, conds, dt, padded)
+            args = (self.pool.k, self.pool.v, self.pool.block_size, read, lengths, noise, conds, dt, padded)
             return st.checked(lambda x: bool(torch.isfinite(x).all()), *args)
 
         def loop(step) -> torch.Tensor:
-            k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read.to(dev), noise.shape[1])
+            k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
             x = noise
             for i in range(num_steps):
                 x = step(k, v, lengths, x, conds[i], dt, padded)
@@ -162,16 +162,16 @@ class Runner:
         states = [r.state for r in reqs]
         past_slots = [st.prefix.slots + st.table.slots for st in states]
         new_slots = [st.table.append(n) for st, n in zip(states, counts)]  # within the reserved blocks
-        return PagedExtendView.from_lists(self.pool, past_slots, new_slots, valid.to(self.pool.device))
+        return PagedExtendView.from_lists(self.pool, past_slots, new_slots, valid)
 
     def _sample(self, reqs: list[LanguageRequest], logits: torch.Tensor) -> tuple[list[int], list[bool]]:
-        """On-device sampling of one token per request (counter = tokens emitted so far)."""
+        """On-device sampling of one token per request (counter = tokens emitted so far); the
+        per-row parameters travel in one non-blocking copy, the ids come back in one transfer."""
         dev = logits.device
-        ids = sample_batch(
-            logits, torch.tensor([r.temperature for r in reqs], dtype=torch.float32, device=dev),
-            torch.tensor([r.top_k for r in reqs], device=dev), torch.tensor([r.sample_key for r in reqs], device=dev),
-            torch.tensor([len(r.output_ids) for r in reqs], device=dev), self.cfg.max_top_k,
-            greedy_only=all(r.temperature == 0 for r in reqs)).tolist()
+        ints = to_device(torch.tensor([[r.top_k, r.sample_key, len(r.output_ids)] for r in reqs]), dev)
+        temps = to_device(torch.tensor([r.temperature for r in reqs], dtype=torch.float32), dev)
+        ids = sample_batch(logits, temps, ints[:, 0], ints[:, 1], ints[:, 2], self.cfg.max_top_k,
+                           greedy_only=all(r.temperature == 0 for r in reqs)).tolist()
         return ids, [i >= 0 for i in ids]
 
     @torch.inference_mode()
@@ -192,7 +192,7 @@ class Runner:
                 ids[i, : len(r.prompt_ids)] = torch.as_tensor(r.prompt_ids)
                 valid[i, : len(r.prompt_ids)] = True
             view = self._extend_view(with_prompt, [len(r.prompt_ids) for r in with_prompt], valid)
-            logits = self.model.decode_step(view, ids, valid.to(self.model.device))
+            logits = self.model.decode_step(view, to_device(ids, self.model.device), to_device(valid, self.model.device))
             for r, t, ok in zip(with_prompt, *self._sample(with_prompt, logits)):
                 toks[r.id] = (t, ok)
         if without:
