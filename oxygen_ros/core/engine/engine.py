@@ -28,7 +28,7 @@ from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .faults import FaultLog
 from .lifecycle import RequestBook
-from .frame import FramePrefix, task_prefix
+from .frame import FramePrefix
 from .plan import FramePlan
 from .requests import FrameResult, LanguageRequest, RequestStatus
 from .runner import Runner
@@ -210,31 +210,13 @@ class Engine:
 
     def _start_requests(self, obs: Observation, enc, prefix: FramePrefix, m: FrameMetrics, plan: FramePlan) -> None:
         t = time.perf_counter()
-        self.book.prepare_prompts(obs.instruction)
-        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
-        self.book.rejected(rejected)
-        if not admitted:
-            return
         staged = m.vision + m.prefill + m.decode  # model time spent inside this call is not "start"
-        with self.streams.decode(), self.faults.guard("start", [r.id for r in admitted]) as g:
-            for r in admitted:
-                if self.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its own prompt)
-                    own_prefix = self._prefill(task_prefix(enc, r.prefix_ids), prefix.frame_id)
-                    m.vision += own_prefix.stage_times["vision"]
-                    m.prefill += own_prefix.stage_times["prefill"]
-                    self.book.attach(r, own_prefix, shared=False)
-                else:
-                    self.book.attach(r, prefix, shared=True)
-            if self.cfg.mode == "isolated":
-                for r in admitted:  # openpi-style: one request at a time, to completion
-                    self.book.accept([r], *self.runner.start([r]))
-                    while r.status == RequestStatus.RUNNING:
-                        self._decode_once([r], m)
-            else:
-                self.book.accept(admitted, *self.runner.start(admitted))
-            self.streams.sync()
-        if g.fault:  # attached ones release their blocks; unattached ones had reserved nothing
-            self.book.fail(admitted, f"failed in start: {g.fault.error}")
+        with self.streams.decode():
+            own = self.book.start_on(prefix, enc, obs.instruction, plan, self.faults, self._prefill,
+                                     self.runner.start, lambda batch: self._decode_once(batch, m))
+        for p in own:
+            m.vision += p.stage_times["vision"]
+            m.prefill += p.stage_times["prefill"]
         m.extra["start"] = time.perf_counter() - t - (m.vision + m.prefill + m.decode - staged)
 
     def _decode_once(self, batch: list[LanguageRequest], m: FrameMetrics) -> bool:

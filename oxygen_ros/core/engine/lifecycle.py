@@ -7,21 +7,23 @@ Every terminal transition releases all of the request's KV references in the sam
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
 from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
-from .frame import FramePrefix, RequestState
+from .frame import FramePrefix, RequestState, task_prefix
 from .requests import LanguageRequest, RequestResult, RequestStatus
 
 if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
     from ..config import EngineConfig
     from ..policy import Pi05Policy
+    from ..processing import EncodedObservation
     from .faults import FaultLog
+    from .plan import FramePlan
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
@@ -129,6 +131,48 @@ class RequestBook:
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
         self.scheduler.running.append(r)
+
+    def start_on(self, prefix: FramePrefix, enc: "EncodedObservation", instruction: str, plan: "FramePlan",
+                 faults: "FaultLog", prefill: Callable[["EncodedObservation", int], FramePrefix],
+                 start: Callable[[list[LanguageRequest]], tuple[list[int], list[bool]]],
+                 decode_one: Callable[[list[LanguageRequest]], bool]) -> list[FramePrefix]:
+        """Admission onto a frame's prefix and every admitted request's first token — the one
+        implementation both schedules run (serial ``Engine`` and the concurrent batcher).
+
+        Fills the queued prompts with ``instruction``, admits what the scheduler allows (rejected
+        ones end now), attaches each admitted request to ``prefix`` (shared) or to a private
+        prefix made by ``prefill`` (``isolated`` mode, or an own-prefix task), then runs ``start``
+        on them — in ``isolated`` mode one request at a time, decoded to completion with
+        ``decode_one`` (False: that step failed). A fault inside is contained in ``faults`` as
+        stage ``start``: the admitted requests end FAILED and release their blocks.
+
+        Returns:
+            the private prefixes prefilled here (their stage times belong to the frame).
+        """
+        self.prepare_prompts(instruction)
+        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
+        self.rejected(rejected)
+        own: list[FramePrefix] = []
+        if not admitted:
+            return own
+        with faults.guard("start", [r.id for r in admitted]) as g:
+            for r in admitted:
+                if self.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its prompt)
+                    own.append(prefill(task_prefix(enc, r.prefix_ids), prefix.frame_id))
+                    self.attach(r, own[-1], shared=False)
+                else:
+                    self.attach(r, prefix, shared=True)
+            if self.cfg.mode == "isolated":
+                for r in admitted:  # openpi-style: one request at a time, to completion
+                    self.accept([r], *start([r]))
+                    while r.status == RequestStatus.RUNNING and decode_one([r]):
+                        pass
+            else:
+                self.accept(admitted, *start(admitted))
+            self.streams.sync()
+        if g.fault:  # attached ones release their blocks; unattached ones had reserved nothing
+            self.fail(admitted, f"failed in start: {g.fault.error}")
+        return own
 
     # ------------------------------------------------------------------ tokens
     def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:

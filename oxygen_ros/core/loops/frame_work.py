@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.faults import Fault, FaultLog
-from ..engine.frame import task_prefix
 from ..engine.plan import FramePlan
-from ..engine.requests import LanguageRequest, RequestResult, RequestStatus
+from ..engine.requests import LanguageRequest, RequestResult
 from ..engine.streams import StageClock
 from ..types import Observation, TextDelta
 
@@ -128,28 +127,11 @@ class FrameWork:
         return plan.decode_steps
 
     def _start(self, g: Grant, plan: FramePlan, out: BatchStats) -> None:
-        """Admission onto ``g.prefix`` and the first token (the serial ``_start_requests``)."""
+        """Admission onto ``g.prefix`` and the first tokens (the serial engine's own code,
+        :meth:`RequestBook.start_on`; faults go to the batcher's log)."""
         e = self.e
-        e.book.prepare_prompts(g.obs.instruction)
-        admitted, rejected = e.scheduler.plan_admission(plan, g.prefix.length)
-        e.book.rejected(rejected)
-        if not admitted:
-            return
-        with self.faults.guard("start", [r.id for r in admitted]) as gd:
-            for r in admitted:
-                if e.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its prompt)
-                    e.book.attach(r, e._prefill(task_prefix(g.enc, r.prefix_ids), g.prefix.frame_id), shared=False)
-                else:
-                    e.book.attach(r, g.prefix, shared=True)
-            if e.cfg.mode == "isolated":
-                for r in admitted:  # openpi-style: one request at a time, to completion
-                    e.book.accept([r], *e.runner.start([r]))
-                    while r.status == RequestStatus.RUNNING and self._step([r], out):
-                        pass
-            else:
-                e.book.accept(admitted, *e.runner.start(admitted))
-        if gd.fault:  # attached ones release their blocks; unattached ones had reserved nothing
-            e.book.fail(admitted, f"failed in start: {gd.fault.error}")
+        e.book.start_on(g.prefix, g.enc, g.obs.instruction, plan, self.faults, e._prefill, e.runner.start,
+                        lambda batch: self._step(batch, out))
 
     def _decode(self, steps: int, out: BatchStats) -> None:
         with self.e.streams.decode(after=None):
