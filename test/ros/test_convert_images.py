@@ -1,4 +1,4 @@
-"""Tests for oxygen_ros.ros.convert (images, joints, trajectory, stamps): pure message construction, no DDS."""
+"""Tests for oxygen_ros.ros.convert.images: images (raw and compressed sensor_msgs/Image → RGB and back); pure message construction, no DDS."""
 
 from __future__ import annotations
 
@@ -6,25 +6,20 @@ import os
 
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')  # DESIGN §7
 
-import math
 
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
-from sensor_msgs.msg import CompressedImage, Image, JointState
+from sensor_msgs.msg import CompressedImage, Image
 
 from oxygen_ros.ros.convert import (
     SUPPORTED_ENCODINGS,
     ImageConversionError,
     JointStateError,
-    chunk_to_joint_trajectory,
     compressed_to_rgb,
     image_to_rgb,
-    joint_state_to_vector,
     rgb_to_compressed_msg,
     rgb_to_image_msg,
-    sec_to_stamp,
-    stamp_to_sec,
 )
 
 COLOUR_ENCODINGS = ('rgb8', 'bgr8', 'rgba8', 'bgra8')
@@ -250,124 +245,3 @@ def test_large_image_msg_round_trip():
     rgb = _picture(480, 640, seed=7)
     out = image_to_rgb(rgb_to_image_msg(rgb, 'bgr8'))
     np.testing.assert_array_equal(out, rgb)
-
-
-# ----------------------------------------------------------------------------- joint states
-NAMES = ['shoulder', 'elbow', 'wrist', 'gripper']
-
-
-def _joint_state(names, positions) -> JointState:
-    return JointState(name=list(names), position=[float(p) for p in positions])
-
-
-def test_joint_mapping_by_name_with_shuffled_order_and_extra_joints():
-    msg = _joint_state(['camera_tilt', 'gripper', 'wrist', 'shoulder', 'head', 'elbow'],
-                       [9.0, 0.04, -1.5, 0.25, 8.0, 1.0])
-    vec = joint_state_to_vector(msg, NAMES)
-    assert vec.dtype == np.float64 and vec.shape == (4,)
-    np.testing.assert_array_equal(vec, [0.25, 1.0, -1.5, 0.04])
-
-
-def test_missing_joints_are_all_named():
-    msg = _joint_state(['shoulder', 'wrist'], [0.0, 0.0])
-    with pytest.raises(JointStateError, match='elbow, gripper'):
-        joint_state_to_vector(msg, NAMES)
-
-
-@pytest.mark.parametrize('bad', [math.nan, math.inf, -math.inf])
-def test_non_finite_position_names_the_joint(bad):
-    msg = _joint_state(NAMES, [0.0, 1.0, bad, 0.0])
-    with pytest.raises(JointStateError, match='wrist'):
-        joint_state_to_vector(msg, NAMES)
-
-
-def test_non_finite_position_of_an_unused_joint_is_ignored():
-    msg = _joint_state(NAMES + ['broken_sensor'], [0.0, 1.0, 2.0, 3.0, math.nan])
-    np.testing.assert_array_equal(joint_state_to_vector(msg, NAMES), [0.0, 1.0, 2.0, 3.0])
-
-
-def test_positions_shorter_than_names_raise():
-    msg = _joint_state(NAMES, [0.0, 1.0])
-    with pytest.raises(JointStateError, match='positions'):
-        joint_state_to_vector(msg, NAMES)
-    empty = JointState(name=list(NAMES))  # e.g. a velocity-only JointState
-    with pytest.raises(JointStateError):
-        joint_state_to_vector(empty, NAMES)
-
-
-# ----------------------------------------------------------------------------- trajectories
-def test_chunk_to_joint_trajectory():
-    actions = np.arange(12, dtype=np.float32).reshape(3, 4) / 8
-    stamp = Time(sec=100, nanosec=250)
-    traj = chunk_to_joint_trajectory(actions, NAMES, stamp, control_period_s=0.02, frame_id='base')
-    assert list(traj.joint_names) == NAMES
-    assert traj.header.stamp == stamp and traj.header.frame_id == 'base'
-    assert len(traj.points) == 3
-    for i, point in enumerate(traj.points):
-        assert list(point.positions) == actions[i].astype(float).tolist()
-        assert point.time_from_start.sec == 0
-        assert point.time_from_start.nanosec == (i + 1) * 20_000_000  # first point = next command
-        assert len(point.velocities) == 0
-
-
-def test_trajectory_times_do_not_drift():
-    traj = chunk_to_joint_trajectory(np.zeros((150, 1)), ['j'], 0.0, control_period_s=1 / 30)
-    last = traj.points[-1].time_from_start
-    assert (last.sec, last.nanosec) == (5, 0)  # 150 * (1/30) s exactly, no accumulated error
-    assert traj.header.stamp == Time()
-
-
-@pytest.mark.parametrize('bad', [math.nan, math.inf])
-def test_trajectory_refuses_non_finite(bad):
-    actions = np.zeros((5, 4))
-    actions[3, 1] = bad
-    with pytest.raises(ValueError, match="non-finite.*step 3.*'elbow'"):
-        chunk_to_joint_trajectory(actions, NAMES, Time(), 0.02)
-
-
-@pytest.mark.parametrize('shape', [(5, 3), (5,), (0, 4), (2, 5, 4)])
-def test_trajectory_refuses_shape_mismatch(shape):
-    with pytest.raises(ValueError, match='action chunk'):
-        chunk_to_joint_trajectory(np.zeros(shape), NAMES, Time(), 0.02)
-
-
-@pytest.mark.parametrize('period', [0.0, -0.02, math.nan, math.inf])
-def test_trajectory_refuses_bad_period(period):
-    with pytest.raises(ValueError, match='control_period_s'):
-        chunk_to_joint_trajectory(np.zeros((2, 4)), NAMES, Time(), period)
-
-
-# ----------------------------------------------------------------------------- stamps
-@pytest.mark.parametrize('t', [0.0, 1.5, 1_700_000_000.123456789, 0.9999999999, 42.000000001])
-def test_stamp_round_trip(t):
-    stamp = sec_to_stamp(t)
-    assert 0 <= stamp.nanosec < 1_000_000_000
-    assert stamp_to_sec(stamp) == pytest.approx(t, abs=1e-6)
-
-
-def test_stamp_exact_values():
-    assert (sec_to_stamp(1.5).sec, sec_to_stamp(1.5).nanosec) == (1, 500_000_000)
-    assert (sec_to_stamp(0.9999999999).sec, sec_to_stamp(0.9999999999).nanosec) == (1, 0)
-    assert (sec_to_stamp(-0.25).sec, sec_to_stamp(-0.25).nanosec) == (-1, 750_000_000)
-    assert stamp_to_sec(Time(sec=3, nanosec=250_000_000)) == 3.25
-
-
-@pytest.mark.parametrize('t', [math.nan, math.inf, 2.0**31, -(2.0**31) - 1])
-def test_sec_to_stamp_rejects_bad_times(t):
-    with pytest.raises(ValueError):
-        sec_to_stamp(t)
-
-
-def test_stamp_book_gives_back_the_exact_input_stamp():
-    from builtin_interfaces.msg import Time
-
-    from oxygen_ros.ros.convert import StampBook, sec_to_stamp
-
-    book = StampBook(capacity=2)
-    original = Time(sec=1_700_000_000, nanosec=100_000_000)
-    t = book.remember(original)
-    assert sec_to_stamp(t).nanosec != original.nanosec  # float seconds alone lose the nanoseconds
-    assert book.exact(t) == original
-    book.remember(Time(sec=1, nanosec=1))
-    book.remember(Time(sec=2, nanosec=2))
-    assert book.exact(t) == sec_to_stamp(t)  # evicted: falls back to the float conversion
