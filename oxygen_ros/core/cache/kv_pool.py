@@ -38,9 +38,17 @@ class KVTensors:
         return self.k.device
 
     def write(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> None:
-        """Store ``k``/``v`` ``[N, KVH, D]`` at ``slots`` ``[N]`` of ``layer``."""
-        self.k[layer].index_copy_(0, slots, k.to(self.k.dtype))
-        self.v[layer].index_copy_(0, slots, v.to(self.v.dtype))
+        """Store ``k``/``v`` ``[N, KVH, D]`` at ``slots`` ``[N]`` of ``layer``.
+
+        One ``index_put_`` on the whole pool tensor (indices: layer, slot), never a write through
+        the ``pool[layer]`` view: inside ``torch.compile`` a mutated *view* of a graph input is
+        functionalised into a copy of the whole pool per write (≈ 0.5 s per step at the host-floor
+        size), while an ``index_put_`` on the input itself is re-inplaced into a scatter of the
+        ``N`` rows (measured with ``bench --host-floor``).
+        """
+        idx = (torch.full_like(slots, layer), slots)
+        self.k.index_put_(idx, k.to(self.k.dtype))
+        self.v.index_put_(idx, v.to(self.v.dtype))
 
     def gather(self, layer: int, slots: Tensor) -> tuple[Tensor, Tensor]:
         """Read ``slots`` ``[B, L]`` of ``layer`` → K and V ``[B, L, KVH, D]``."""
