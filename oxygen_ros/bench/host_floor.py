@@ -26,6 +26,7 @@ from ..core.config import EngineConfig, TaskConfig, get_preset
 from ..core.engine.engine import Engine
 from ..core.policy import Pi05Policy, frame_noise
 from ..core.types import Observation
+from .env import environment, finish_environment
 
 # metadata-only operators (no kernel): excluded from the operator counts
 VIEW_OPS = {"aten::view", "aten::expand", "aten::as_strided", "aten::transpose", "aten::permute", "aten::slice",
@@ -130,16 +131,18 @@ def measure(policy: Pi05Policy, compile_mode: str, steps: int, reps: int) -> dic
     return res
 
 
-def host_floor(modes: list[str], steps: int = 10, reps: int = 5, policy: Pi05Policy | None = None) -> dict[str, Any]:
+def host_floor(modes: list[str], steps: int = 10, reps: int = 11, policy: Pi05Policy | None = None) -> dict[str, Any]:
     """Every compile mode in one run on one policy (default :func:`floor_policy`); ratios against
-    the first mode (eager)."""
+    the first mode (eager). The environment (CPU, versions, load average at start and end) is
+    recorded with the rows: a busy machine inflates every figure."""
     policy = policy or floor_policy()
+    env = environment(policy.model.device, policy.model.dtype)
     rows = [measure(policy, m, steps, reps) for m in modes]
     base = rows[0]
     for r in rows:
         r["floor_ratio_b8"] = base["frame_b8_ms"] / r["frame_b8_ms"]
     return {"model": "pi05-tiny widths, depth 27/18/18, 3 cameras", "steps": steps, "reps": reps,
-            "threads": torch.get_num_threads(), "rows": rows}
+            "threads": torch.get_num_threads(), "environment": finish_environment(env), "rows": rows}
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -148,8 +151,10 @@ def markdown(doc: dict[str, Any]) -> str:
         [f"frame_b{b}_ms" for b in BATCHES] + ["floor_ratio_b8", "ops_per_denoise_step", "ops_per_decode_step_b8",
                                                "warmup_frame_s", "warmup_decode_s"]
     fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
-    lines = [f"Host floor — {doc['model']}, S = {doc['steps']}, {doc['threads']} thread(s), median of {doc['reps']}",
-             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    env = doc.get("environment", {})
+    load = f"; load average {env.get('loadavg_start')} → {env.get('loadavg_end')}" if env else ""
+    lines = [f"Host floor — {doc['model']}, S = {doc['steps']}, {doc['threads']} thread(s), median of {doc['reps']}"
+             f"{load}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in doc["rows"]]
     return "\n".join(lines)
 

@@ -18,6 +18,8 @@ def test_host_floor_rows_are_complete():
         assert isinstance(row[k], (int, float)) and math.isfinite(row[k]) and row[k] > 0, k
     assert row["floor_ratio_b8"] == 1.0 and row["ops_per_decode_step_b8"] > 50
     assert "| none |" in markdown(doc)
+    env = doc["environment"]
+    assert env["device"] == "cpu" and len(env["loadavg_end"]) == 3 and "load average" in markdown(doc)
 
 
 def test_floor_policy_has_pi05_depth():
