@@ -127,3 +127,31 @@ def test_sweep_definitions():
     assert {p.arrival.split(":")[0] for p in pts} == {"uniform", "poisson", "mix"}
     assert BenchPoint("libero", 10, 30, 1, "uniform:1", 10, 50).warmup == 30
     assert BenchPoint("libero", 10, 30, 5, "mix:1", 10, 50).warmup == 9
+
+
+def test_compiled_points_leave_the_bookkeeping_split_and_efficiency_unmeasured():
+    """A compiled step hides the decode forward from the probe (its time would count as
+    bookkeeping) and the cost model prices eager forwards: those columns are '–' there and
+    the bookkeeping / efficiency targets judge eager points only."""
+    from oxygen_ros.bench.report import check_targets, markdown, summarize_mode
+    frame = {"warmup": False, "T": 0.2, "tokens": 30, "overhead": 0.01, "build": 0.005, "sample": 0.002,
+             "other": 0.003, "engine_bookkeeping": 0.004, "batches": [29], "latencies": [1.0], "ideal": 0.19,
+             "transient": 0, "kv_peak_blocks": 4, "queued": 0, "decode_steps": 1, **{s: 0.01 for s in STAGES}}
+    run = {"frames": [frame] * 3, "pool_bytes": 10, "rejected": 0, "errors": 0}
+    rows, points = [], {}
+    for comp in ("none", "default"):
+        p = BenchPoint("libero", 10, 30, 1, "uniform:1", 10, 3, compile=comp).to_dict()
+        points[p["key"]] = p
+        rows.append(summarize_mode(p, "unified", run, 0, 1))
+    eager, compiled = rows
+    assert math.isclose(eager["overhead_pct"], 5.0) and math.isclose(eager["efficiency"], 0.95)
+    assert compiled["overhead_pct"] is None and compiled["build_pct"] is None and compiled["efficiency"] is None
+    assert compiled["ideal_ms"] is None and math.isclose(eager["ideal_ms"], 190.0)
+    assert compiled["engine_bookkeeping_pct"] == eager["engine_bookkeeping_pct"]
+    targets = {t["target"]: t for t in check_targets(rows, points, gpu=False)}
+    assert targets["bookkeeping <= 2 % of a frame at k = 1"]["at"] == eager["point"]
+    assert targets["efficiency vs cost model >= 0.9 (unified)"]["at"] == eager["point"]
+    doc = {"environment": {"device_name": "cpu", "torch_threads": 1, "loadavg_start": None}, "frames_total": 6,
+           "duration_s": 1.0, "settings": {"preset": "x", "dtype": "float32", "horizon": 10},
+           "summary": rows, "targets": list(targets.values())}
+    assert "| – (–/–/–) |" in markdown(doc)
