@@ -5,7 +5,7 @@ The model has π0.5's depth (27 SigLIP, 18 VLM, 18 expert layers) and pi05-tiny'
 arithmetic is negligible and what remains is what every GPU frame pays on the host before its
 kernels run: Python, dispatcher and kernel-launch overhead. Stages are timed through the engine's
 own runner (vision, prefill, the S denoise steps, one decode step at each batch size), every
-compile mode in one run, warm-up (compilation) reported apart. Operator counts come from the
+compile mode in one run, frames interleaved across the modes, warm-up (compilation) reported apart. Operator counts come from the
 PyTorch profiler: top-level non-view ``aten::`` calls plus inductor's fused C++ kernels
 (``cpp.enable_kernel_profile``) — on a GPU each is about one kernel launch.
 """
@@ -65,84 +65,115 @@ def count_ops(fn) -> int:
     return n
 
 
-def _median_ms(fn, reps: int) -> float:
-    out = []
-    for _ in range(reps):
+class _ModeFloor:
+    """One compile mode's engine, warmed up, with its stage timings (seconds) accumulated."""
+
+    def __init__(self, policy: Pi05Policy, compile_mode: str, steps: int) -> None:
+        self.task = TaskConfig("floor", "", max_new_tokens=200)
+        self.eng = Engine(policy, EngineConfig(compile=compile_mode, max_running_requests=max(BATCHES),
+                                               tokens_per_frame=1, num_denoise_steps=steps, tasks=(self.task,),
+                                               max_request_tokens=256))
+        self.run, self.pool, self.steps = self.eng.runner, self.eng.pool, steps
+        cfg = policy.cfg
+        rng = np.random.default_rng(0)
+        size = cfg.vision.image_size
+        self.obs = Observation({s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in cfg.image_slots},
+                               rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32), "pick up the cube")
+        self.enc = policy.encode_observation(self.obs)
+        self.noise = frame_noise(0, 0, cfg.action_horizon, cfg.action_dim)
+        self.res: dict[str, Any] = {"compile": compile_mode}
+        self.times: dict[str, list[float]] = {"vision": [], "prefill": [], "denoise": []}
+        self.batch: list = []
+        t0 = time.perf_counter()
+        self.frame()  # compiles vision / prefill / denoise for this shape
+        self.res["warmup_frame_s"] = time.perf_counter() - t0
+        for v in self.times.values():
+            v.clear()
+
+    def frame(self) -> None:
+        """Vision + prefill + the S denoise steps of one frame (times recorded)."""
+        prefix = self.run.prefill(self.enc, 0, BlockTable(self.pool.blocks))
         t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(out)
+        self.run.actions_normalized(prefix, self.noise, self.steps)
+        self.times["denoise"].append(time.perf_counter() - t)
+        self.times["vision"].append(prefix.stage_times["vision"])
+        self.times["prefill"].append(prefix.stage_times["prefill"])
+        self.pool.blocks.free(prefix.blocks)
 
+    def count_frame_ops(self) -> None:
+        prefix = self.run.prefill(self.enc, 0, BlockTable(self.pool.blocks))
+        n = count_ops(lambda: self.run.actions_normalized(prefix, self.noise, self.steps))
+        self.res["ops_per_denoise_step"] = n / self.steps
+        self.pool.blocks.free(prefix.blocks)
 
-def measure(policy: Pi05Policy, compile_mode: str, steps: int, reps: int) -> dict[str, Any]:
-    """Stage times (median ms) and operator counts of one compile mode."""
-    task = TaskConfig("floor", "", max_new_tokens=200)
-    eng = Engine(policy, EngineConfig(compile=compile_mode, max_running_requests=max(BATCHES), tokens_per_frame=1,
-                                      num_denoise_steps=steps, tasks=(task,), max_request_tokens=256))
-    run, pool, cfg = eng.runner, eng.pool, policy.cfg
-    rng = np.random.default_rng(0)
-    size = cfg.vision.image_size
-    obs = Observation({s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in cfg.image_slots},
-                      rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32), "pick up the cube")
-    enc = policy.encode_observation(obs)
-    noise = frame_noise(0, 0, cfg.action_horizon, cfg.action_dim)
-    res: dict[str, Any] = {"compile": compile_mode}
-    t0 = time.perf_counter()
-    times: dict[str, list[float]] = {"vision": [], "prefill": [], "denoise": []}
-
-    def frame() -> None:
-        prefix = run.prefill(enc, 0, BlockTable(pool.blocks))
-        t = time.perf_counter()
-        run.actions_normalized(prefix, noise, steps)
-        times["denoise"].append(time.perf_counter() - t)
-        times["vision"].append(prefix.stage_times["vision"])
-        times["prefill"].append(prefix.stage_times["prefill"])
-        pool.blocks.free(prefix.blocks)
-
-    frame()  # compiles vision / prefill / denoise for this shape
-    res["warmup_frame_s"] = time.perf_counter() - t0
-    for v in times.values():
-        v.clear()
-    for _ in range(reps):
-        frame()
-    for k, v in times.items():
-        res[f"{k}_ms"] = 1e3 * statistics.median(v)
-    prefix = run.prefill(enc, 0, BlockTable(pool.blocks))
-    res["ops_per_denoise_step"] = count_ops(lambda: run.actions_normalized(prefix, noise, steps)) / steps
-    pool.blocks.free(prefix.blocks)
-    warm_decode = 0.0
-    for b in BATCHES:
-        eng.submit_observation(obs)
+    def start_batch(self, b: int) -> None:
+        """Admit ``b`` requests (one engine step, which compiles this decode bucket)."""
+        eng = self.eng
+        eng.submit_observation(self.obs)
         for _ in range(b):
-            eng.submit_request("floor", "", 200)
+            eng.submit_request(self.task.name, "", 200)
         t = time.perf_counter()
-        eng.step()  # admits b requests and runs one decode step (compiles this bucket)
-        warm_decode += time.perf_counter() - t
-        batch = eng.scheduler.decode_batch()
-        assert len(batch) == b, (len(batch), b)
+        eng.step()
+        self.res["warmup_decode_s"] = self.res.get("warmup_decode_s", 0.0) + time.perf_counter() - t
+        self.batch = eng.scheduler.decode_batch()
+        assert len(self.batch) == b, (len(self.batch), b)
+        self.times[f"decode_b{b}"] = []
         with torch.inference_mode():
-            res[f"decode_b{b}_ms"] = _median_ms(lambda: run.decode(batch), reps)
-            res[f"ops_per_decode_step_b{b}"] = count_ops(lambda: run.decode(batch))
-        eng.close()
-    res["warmup_decode_s"] = warm_decode
-    res["compiled_stages"] = [s.name for s in run.stages if s.compiled]
-    for b in BATCHES:
-        res[f"frame_b{b}_ms"] = res["vision_ms"] + res["prefill_ms"] + res["denoise_ms"] + res[f"decode_b{b}_ms"]
-    return res
+            self.res[f"ops_per_decode_step_b{b}"] = count_ops(lambda: self.run.decode(self.batch))
+
+    def decode(self, b: int) -> None:
+        """One timed decode step of the current batch of ``b`` requests."""
+        with torch.inference_mode():
+            t = time.perf_counter()
+            self.run.decode(self.batch)
+            self.times[f"decode_b{b}"].append(time.perf_counter() - t)
+
+    def finish(self) -> dict[str, Any]:
+        """Median ms of every stage, frame totals per batch size, compiled stages."""
+        res = self.res
+        for k, v in self.times.items():
+            res[f"{k}_ms"] = 1e3 * statistics.median(v)
+        res["compiled_stages"] = [s.name for s in self.run.stages if s.compiled]
+        for b in BATCHES:
+            res[f"frame_b{b}_ms"] = res["vision_ms"] + res["prefill_ms"] + res["denoise_ms"] + res[f"decode_b{b}_ms"]
+        return res
 
 
 def host_floor(modes: list[str], steps: int = 10, reps: int = 11, policy: Pi05Policy | None = None) -> dict[str, Any]:
     """Every compile mode in one run on one policy (default :func:`floor_policy`); ratios against
-    the first mode (eager). The environment (CPU, versions, load average at start and end) is
-    recorded with the rows: a busy machine inflates every figure."""
+    the first mode (eager).
+
+    All modes are built and warmed up (compiled) first; then each measured frame and each decode
+    step runs every mode in turn, order rotating, so that drift in the machine's speed hits all
+    modes alike. The environment (CPU, versions, load average at start and end) is recorded with
+    the rows: a busy machine inflates every figure.
+    """
+    import torch._inductor.config as ic
+    ic.cpp.enable_kernel_profile = True  # before anything compiles: fused kernels then show in the counts
     policy = policy or floor_policy()
     env = environment(policy.model.device, policy.model.dtype)
-    rows = [measure(policy, m, steps, reps) for m in modes]
+    floors = [_ModeFloor(policy, m, steps) for m in modes]
+    order = lambda i: floors[i % len(floors):] + floors[: i % len(floors)]  # noqa: E731
+    for i in range(reps):
+        for f in order(i):
+            f.frame()
+    for f in floors:
+        f.count_frame_ops()
+    for b in BATCHES:
+        for f in floors:
+            f.start_batch(b)
+        for i in range(reps):
+            for f in order(i):
+                f.decode(b)
+        for f in floors:
+            f.eng.close()
+    rows = [f.finish() for f in floors]
     base = rows[0]
     for r in rows:
         r["floor_ratio_b8"] = base["frame_b8_ms"] / r["frame_b8_ms"]
     return {"model": "pi05-tiny widths, depth 27/18/18, 3 cameras", "steps": steps, "reps": reps,
-            "threads": torch.get_num_threads(), "environment": finish_environment(env), "rows": rows}
+            "interleaved": True, "threads": torch.get_num_threads(), "environment": finish_environment(env),
+            "rows": rows}
 
 
 def markdown(doc: dict[str, Any]) -> str:

@@ -148,6 +148,8 @@ def test_compiled_points_leave_the_bookkeeping_split_and_efficiency_unmeasured()
     assert compiled["overhead_pct"] is None and compiled["build_pct"] is None and compiled["efficiency"] is None
     assert compiled["ideal_ms"] is None and math.isclose(eager["ideal_ms"], 190.0)
     assert compiled["engine_bookkeeping_pct"] == eager["engine_bookkeeping_pct"]
+    assert compiled["stages_ms"]["build"] == 0.0 and math.isclose(compiled["stages_ms"]["fwd_decode"], 20.0)
+    assert math.isclose(eager["stages_ms"]["build"], 10.0) and math.isclose(eager["stages_ms"]["fwd_decode"], 10.0)
     targets = {t["target"]: t for t in check_targets(rows, points, gpu=False)}
     assert targets["bookkeeping <= 2 % of a frame at k = 1"]["at"] == eager["point"]
     assert targets["efficiency vs cost model >= 0.9 (unified)"]["at"] == eager["point"]
