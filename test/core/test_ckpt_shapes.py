@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from oxygen_ros.core.config import get_preset
-from oxygen_ros.core.model import ckpt_config as cc
 from oxygen_ros.core.model.ckpt_shapes import config_from_shapes
 from oxygen_ros.core.model.keymap import CheckpointError
 from oxygen_ros.core.model.ckpt_files import checkpoint_folder

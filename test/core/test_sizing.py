@@ -4,7 +4,7 @@ per frame at k = 1) with a bounded queue; the configure-time message; impossible
 import pytest
 
 from oxygen_ros.core.cache.sizing import PoolSizeError, in_flight_requests, plan_pool
-from oxygen_ros.core.config import ConfigError, EngineConfig, TaskConfig
+from oxygen_ros.core.config import ConfigError, EngineConfig
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.policy import Pi05Policy

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import Float64MultiArray
-from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.core.action_space import ActionSpace, ActionSpaceConfig
 from oxygen_ros.core.robot_io import RobotFrames

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from sensor_msgs.msg import JointState
 
 from oxygen_ros.bags.writer import BagOutput
