@@ -162,6 +162,47 @@ class RosPeer:
             value = pred()
         return value
 
+    def diagnostics(self, suffix: str = ': inference') -> list[dict[str, str]]:
+        """Key/values of every received ``/diagnostics`` status whose name ends with ``suffix``
+        (collect ``/diagnostics`` first), plus ``_message``."""
+        out = []
+        for msg in self.messages('/diagnostics'):
+            for st in msg.status:
+                if st.name.endswith(suffix):
+                    out.append({kv.key: kv.value for kv in st.values} | {'_message': st.message})
+        return out
+
+    def wait_outputs_matched(self, topics: list[str], timeout: float = 60.0) -> dict[str, str]:
+        """Wait until the node is active and its publisher of every topic in ``topics`` has
+        matched a subscription (``subscribers /<topic>`` >= 1 on its ``/diagnostics``: writer side,
+        so reliable messages published from now on reach this peer). Returns those diagnostics.
+
+        Raises:
+            AssertionError: not within ``timeout`` seconds (with the last diagnostics seen).
+        """
+        keys = [f"subscribers {t if t.startswith('/') else '/' + t}" for t in topics]
+
+        def matched():
+            for d in reversed(self.diagnostics()):
+                if d.get('state') == 'active' and all(int(d.get(k, 0)) >= 1 for k in keys):
+                    return d
+            return None
+
+        got = self.wait_for(matched, timeout)
+        assert got, f'outputs {topics} not matched in {timeout} s; last diagnostics: {self.diagnostics()[-1:]}'
+        return got
+
+    def publish_matched(self, pub: Any, msg: Any, timeout: float = 30.0) -> None:
+        """Publish ``msg`` once ``pub`` has matched a subscription (writer side), so a reliable
+        message is not sent into the void before discovery completed.
+
+        Raises:
+            AssertionError: no subscription matched within ``timeout`` seconds.
+        """
+        assert self.wait_for(lambda: pub.get_subscription_count() > 0, timeout), \
+            f'no subscription of {pub.topic_name} matched in {timeout} s'
+        pub.publish(msg)
+
     def close(self) -> None:
         """Shut down the context and join the spin thread."""
         self.context.try_shutdown()

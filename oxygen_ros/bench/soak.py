@@ -10,13 +10,21 @@ exhaustion. The chaos run also gets, every few hundred frames, an exception in a
 and, in between, NaN logits in one row of a decode batch — injected by wrapping the real stage
 functions (:mod:`.injection`).
 
-Checked: the pool invariant after every frame; no block in use whenever nothing is running or
-queued, and none after the drain at the end; every request untouched by a fault and admitted on
-the same frame as in the reference ends with the reference's status and exactly its tokens;
-process RSS at frame 1,000 vs the end (flat after warm-up).
+Checked: the pool invariant and the request accounting after every frame (``Engine.
+check_invariants``: submitted = finished + rejected + expired + failed + cancelled + in flight, and
+every in-flight request is somewhere the engine will still process it); no block in use whenever
+nothing is in flight, and none after the drain at the end; every request submitted ended exactly
+once (``lost`` counts those that did not); every request untouched by a fault and admitted on the
+same frame as in the reference ends with the reference's status and exactly its tokens; process
+RSS at frame 1,000 vs the end (flat after warm-up).
 
-    chaos_soak                   # 10,000 frames (the README's figures)
-    chaos_soak --frames 2000     # the CI version (a slow test)
+The chaos run uses ``--schedule`` (``serial`` or ``concurrent``: the action loop and the batcher
+thread); the reference is always the serial schedule, so the comparison also checks that the two
+schedules give the same tokens.
+
+    chaos_soak                          # 10,000 frames (the README's figures)
+    chaos_soak --schedule concurrent    # the same with the two-loop schedule
+    chaos_soak --frames 2000            # the CI version (a slow test)
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import torch
 from ..core.config import EngineConfig, TaskConfig
 from ..core.engine.engine import Engine
 from ..core.engine.requests import RequestStatus
+from ..core.loops.schedules import make_engine
 from ..core.policy import Pi05Policy
 from ..core.types import Observation
 from .injection import STAGES, FaultInjector
@@ -45,12 +54,12 @@ TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=16),
 RSS_FRAME = 1000
 
 
-def soak_config() -> EngineConfig:
+def soak_config(schedule: str = "serial") -> EngineConfig:
     """Engine of the soak: k = 2, a 40-block pool (room for ~5 requests in flight beside the action
     path while ~6 arrive per lifetime: near exhaustion), bounded queue, no wall-clock expiry (both
     runs must admit alike)."""
     return EngineConfig(tasks=TASKS, tokens_per_frame=2, kv_blocks=40, max_running_requests=8,
-                        max_queued_requests=8, max_queue_wait_s=0.0, max_overtakes=4)
+                        max_queued_requests=8, max_queue_wait_s=0.0, max_overtakes=4, schedule=schedule)
 
 
 @dataclass
@@ -130,21 +139,33 @@ class RunReport:
     peak_blocks: int = 0
     frames_with_queue: int = 0
     statuses: Counter = field(default_factory=Counter)
+    submitted: int = 0
+    ended_twice: int = 0
+    counts: dict = field(default_factory=dict)
     rss_mib: dict[int, float] = field(default_factory=dict)
     seconds: float = 0.0
 
 
-def _cancel_last_step(eng: Engine) -> None:
-    """Cancel, from "another thread", a running request whose current step emits its last token."""
+def _cancel_last_step(eng: Engine, rep: RunReport) -> None:
+    """Cancel, from "another thread", a running request whose current step emits its last token.
+
+    The serial schedule applies it before that token (the request ends cancelled); the concurrent
+    one at the next grant (its ``frame`` policy keeps frames deterministic), after the token (it
+    ends finished): there the request is left out of the comparison (``touched``)."""
     for r in eng.scheduler.running:
         if r.status == RequestStatus.RUNNING and r.remaining == 1:
             eng.cancel(r.id)
+            if eng.schedule == "concurrent":
+                rep.touched.add(r.id)
             return
 
 
-def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, progress: bool = False) -> RunReport:
-    """One run of ``plans`` (faults only when ``chaos``)."""
-    eng = Engine(policy, soak_config())
+def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, progress: bool = False,
+        schedule: str = "serial") -> RunReport:
+    """One run of ``plans`` (faults only when ``chaos``) on the ``schedule``'s engine. In the
+    concurrent schedule the per-frame check pauses the batcher after its grant, so a fault armed
+    for a frame fires in that frame's language work (as in the serial schedule)."""
+    eng = make_engine(policy, soak_config(schedule))
     rep, images, proc = RunReport(), observations(seed), psutil.Process()
     rng = np.random.default_rng(seed + 2)
     asked: list[int] = []
@@ -158,7 +179,7 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
             for i in p.cancels:
                 eng.cancel(asked[i])
             if p.last_step_cancel:
-                inj.on_next_call("decode", lambda: _cancel_last_step(eng))
+                inj.on_next_call("decode", lambda: _cancel_last_step(eng, rep))
             if chaos and p.fault == "nan":
                 inj.arm_nan_row(p.nan_row)
             elif chaos and p.fault:
@@ -175,21 +196,25 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
                 print(f"  {'chaos' if chaos else 'reference'} frame {f + 1}: {time.perf_counter() - t0:.0f} s",
                       file=sys.stderr, flush=True)
         rep.injected = Counter(k for k, _ in inj.fired)
-    while eng.running or eng.queued:  # drain: nothing new, every request ends
+    while eng.in_flight or getattr(eng, "busy", False):  # drain: nothing new, every request ends
         eng.submit_observation(Observation(images=images[0], state=np.zeros(14, np.float32), instruction="x"))
         _record(eng, eng.step(), rep)
+    _record(eng, eng.flush(), rep, frame=False)  # the concurrent schedule's last grants
     rep.frames, rep.seconds = len(plans), time.perf_counter() - t0
     rep.leaked_blocks = eng.pool.blocks.num_in_use
     rep.faults = dict(eng.faults.counts)
+    rep.counts = eng.request_counts()
+    rep.submitted = sum(row["submitted"] for row in rep.counts.values())
+    eng.close()
     return rep
 
 
-def _record(eng: Engine, r, rep: RunReport) -> None:
+def _record(eng: Engine, r, rep: RunReport, frame: bool = True) -> None:
     eng.check_invariants()
     rep.invariant_checks += 1
-    if not eng.running and not eng.queued and eng.pool.blocks.num_in_use:
+    if not eng.in_flight and not getattr(eng, "busy", False) and eng.pool.blocks.num_in_use:
         rep.idle_leaks += 1
-    rep.dropped_frames += int(r.action is None)
+    rep.dropped_frames += int(frame and r.action is None)  # flush() is no frame
     rep.peak_blocks = max(rep.peak_blocks, r.metrics.blocks_in_use)
     rep.frames_with_queue += int(eng.queued > 0)
     for fl in r.faults:
@@ -197,6 +222,7 @@ def _record(eng: Engine, r, rep: RunReport) -> None:
     for e in r.ended:
         if e.status == RequestStatus.FAILED and e.reason == "non-finite token distribution":
             rep.touched.add(e.id)
+        rep.ended_twice += int(e.id in rep.results)
         rep.results[e.id] = (int(e.status), e.frame_id, tuple(e.token_ids))
         rep.statuses[e.status.name.lower()] += 1
 
@@ -218,19 +244,24 @@ def compare(ref: RunReport, chaos: RunReport) -> dict[str, int]:
     return dict(out)
 
 
-def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False) -> dict:
+def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False,
+         schedule: str = "serial") -> dict:
     """Both runs and the checks; returns the report (see module doc). ``threads``: torch intra-op
-    threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes)."""
+    threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes);
+    ``schedule``: the chaos run's schedule (the reference is serial)."""
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu", seed=seed)
     plans = workload(frames, seed)
     ref = run(policy, plans, seed, chaos=False, progress=progress)
-    chaos = run(policy, plans, seed, chaos=True, progress=progress)
+    chaos = run(policy, plans, seed, chaos=True, progress=progress, schedule=schedule)
     cmp = compare(ref, chaos)
     rss = chaos.rss_mib
+    lost = chaos.submitted - len(chaos.results)
     report = {
-        "frames": frames, "seed": seed, "requests": len(chaos.results),
+        "frames": frames, "seed": seed, "schedule": schedule, "requests": len(chaos.results),
+        "requests_submitted": chaos.submitted, "requests_lost": lost, "requests_ended_twice": chaos.ended_twice,
+        "request_counts": chaos.counts,
         "faults_injected": dict(sorted(chaos.injected.items())), "faults_contained": chaos.faults,
         "invariant_checks": chaos.invariant_checks, "idle_frames_with_blocks_in_use": chaos.idle_leaks,
         "leaked_blocks": chaos.leaked_blocks, "reference_leaked_blocks": ref.leaked_blocks,
@@ -240,6 +271,7 @@ def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool =
         "seconds": {"reference": round(ref.seconds, 1), "chaos": round(chaos.seconds, 1)},
     }
     report["ok"] = bool(chaos.leaked_blocks == 0 and ref.leaked_blocks == 0 and chaos.idle_leaks == 0
+                        and lost == 0 and chaos.ended_twice == 0 and ref.submitted == len(ref.results)
                         and not cmp.get("mismatched") and (frames < RSS_FRAME + 500
                                                            or report["rss_mib_at_end"] - report["rss_mib_at_1000"] < 32))
     return report
@@ -251,9 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--schedule", choices=("serial", "concurrent"), default="serial",
+                    help="schedule of the chaos run (the fault-free reference is serial)")
     ap.add_argument("--json", help="also write the report to this file")
     a = ap.parse_args(argv)
-    report = soak(a.frames, a.seed, a.threads, progress=True)
+    report = soak(a.frames, a.seed, a.threads, progress=True, schedule=a.schedule)
     text = json.dumps(report, indent=2)
     print(text)
     if a.json:

@@ -24,7 +24,7 @@ def run_fast(sim: NodeSim, bag: BagInput, read: list[str], trigger: str, frame_p
     for topic, log_ns, raw in bag.messages(read):
         if pending is not None and log_ns > pending:
             obs = sim.assemble()
-            if obs is not None or sim.engine.running:
+            if obs is not None or sim.engine.in_flight:
                 sim.frame(obs, log_ns=pending)
                 frames += obs is not None
             pending = None
@@ -39,7 +39,7 @@ def run_fast(sim: NodeSim, bag: BagInput, read: list[str], trigger: str, frame_p
     else:
         if pending is not None:
             obs = sim.assemble()
-            if obs is not None or sim.engine.running:
+            if obs is not None or sim.engine.in_flight:
                 sim.frame(obs, log_ns=pending)
 
 
@@ -54,7 +54,7 @@ def run_recorded(sim: NodeSim, bag: BagInput, read: list[str], rate: float, max_
         nonlocal frames
         got = sim.asm.wait_new(0.0)
         obs = sim.assemble() if got else None
-        if obs is None and sim.engine.running == 0:
+        if obs is None and sim.engine.in_flight == 0:
             return False
         sim.bag_now_ns = max(sim.bag_now_ns, bag.start_ns + round((sim.now() - wall0) * rate * 1e9))
         sim.frame(obs)
@@ -77,7 +77,7 @@ def run_recorded(sim: NodeSim, bag: BagInput, read: list[str], rate: float, max_
 def drain(sim: NodeSim, decode: bool) -> None:
     """After the bag: decode running requests to the end (``decode``), cancel what is left."""
     steps = 0
-    while decode and (sim.engine.running or sim.engine.queued) and steps < DRAIN_LIMIT:
+    while decode and sim.engine.in_flight and steps < DRAIN_LIMIT:
         sim.frame(None)
         steps += 1
     flush = getattr(sim.engine, 'flush', None)  # the concurrent schedule's last grants

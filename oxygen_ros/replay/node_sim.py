@@ -5,7 +5,7 @@ own pieces: ``rclpy.serialization`` turns the CDR bytes into the message objects
 would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.convert`` convert them, the
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
 settings, :class:`~oxygen_ros.core.robot_io.RobotFrames` applies the action space, the engine runs
-the frame, ``command_messages`` and ``TaskTextStream`` build the published messages. Bad input is counted in ``stats.drops``, never raised.
+the frame, ``command_messages`` and ``Utterances`` build the published messages. Bad input is counted in ``stats.drops``, never raised.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from oxygen_ros.ros.inputs import decode_image
 from oxygen_ros.ros.node_params import NodeConfig
 from oxygen_ros.ros.model_setup import assembler_config
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
-from oxygen_ros.ros.streams.text import TaskTextStream
+from oxygen_ros.ros.streams.text import Utterances
 from oxygen_ros.bags.reader import msg_class
 from oxygen_ros.bags.writer import BagOutput
 from oxygen_ros.replay.console import Console
@@ -68,7 +68,7 @@ class NodeSim:
         self.classes = {t: msg_class(m) for t, m in types.items()}
         self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
                                         decode_image, instruction=cfg.instruction)
-        self.streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
+        self.utterances = Utterances([t.name for t in engine.cfg.tasks], cfg.text_header)
         self._state_names = cfg.state_joint_names or cfg.joint_names
         self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
         self.position_topic = resolve_topic(cfg.position_action_topic)
@@ -164,7 +164,7 @@ class NodeSim:
             seed = ((self.engine.cfg.seed + 1) * 1_000_003 + self._n_asks) & 0x7FFF_FFFF
         self._n_asks += 1
         try:
-            rid = self.engine.submit_request(task, text=text, seed=seed)
+            rid = self.utterances.submit(task, text, lambda: self.engine.submit_request(task, text=text, seed=seed))
         except (KeyError, ValueError) as exc:
             self.stats.drops['asks rejected'] += 1
             self.console.line(f'[{t:6.2f} s] ask ({task}) rejected: {exc}')
@@ -242,11 +242,8 @@ class NodeSim:
 
     def text(self, deltas: list, ended: list, log_ns: int, t: float) -> None:
         """Serialise a frame's deltas and ended requests per task, write and show them."""
-        by_task: dict[str, list] = {}
-        for d in deltas:
-            by_task.setdefault(d.task, []).extend(self.streams[d.task].delta(d.request_id, d.text))
+        by_task = self.utterances.frame(deltas, ended)
         for r in ended:
-            by_task.setdefault(r.task, []).extend(self.streams[r.task].end(r.id, r.text))
             self.stats.requests.append(RequestRecord(
                 r.id, r.task, self._asks.pop(r.id, ''), r.status.name.lower(), r.reason,
                 len(r.token_ids), r.text, r.time_to_first_token, r.latency, r.frame_id))

@@ -4,8 +4,10 @@ One thread owns :meth:`Engine.step`. It wakes when a camera delivers a new image
 (``camera_sync_s``) for the other live cameras' images of the same instant, assembles the newest
 observation, runs one engine frame and publishes from this thread: the action chunk the
 moment the engine hands it out (``on_action``, before any language work), then the frame's text
-deltas and finished utterances. With no new observation it keeps stepping while language requests
-are running, so text keeps flowing when the cameras stop. Executor callbacks never wait for it.
+deltas and finished utterances. With no new observation it keeps stepping while any accepted
+language request has not ended (including one asked while no camera streams: it waits in the
+queue and, without an observation, ends as expired with the reason), so every ask is answered.
+Executor callbacks never wait for it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import traceback
 from collections.abc import Callable
 
 from oxygen_ros.core.engine.engine import Engine
-from oxygen_ros.core.engine.requests import FrameResult, RequestStatus
+from oxygen_ros.core.engine.requests import FrameResult
 from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
-from oxygen_ros.ros.streams.text import TaskTextStream
+from oxygen_ros.ros.streams.text import Utterances
 
 __all__ = ['InferenceWorker']
 
@@ -42,22 +44,22 @@ class InferenceWorker:
         camera_sync_s: after the first new image, wait up to this long (seconds) for the other
             live cameras' images before starting the frame.
         frames: the action space around the engine (robot-space state in, robot command out).
+        text_header: utterance header of the text topics (``ask``, ``id``, ``none``;
+            :mod:`oxygen_ros.ros.streams.text`).
     """
 
     def __init__(self, engine: Engine, assembler: ObservationAssembler, outputs: Outputs,
                  stats: FrameStats, report: Callable[[str, str, int], None], logger,
-                 camera_sync_s: float = 0.0, *, frames: RobotFrames) -> None:
+                 camera_sync_s: float = 0.0, *, frames: RobotFrames, text_header: str = 'ask') -> None:
         self._engine, self._asm, self._out, self._stats = engine, assembler, outputs, stats
         self._frames = frames
         self._sync_s = camera_sync_s
         self._report, self._log = report, logger
-        self._streams = {t.name: TaskTextStream() for t in engine.cfg.tasks}
+        self.utterances = Utterances([t.name for t in engine.cfg.tasks], text_header)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
-        self.rejected_requests = 0
-        self.failed_requests = 0
-        self.expired_requests = 0
+        self.ended: dict[str, int] = dict.fromkeys(('rejected', 'expired', 'failed', 'cancelled'), 0)
         self._logged_faults: set[str] = set()
         self.repeated_observations = 0
         self._last_stamp: float | None = None
@@ -89,6 +91,30 @@ class InferenceWorker:
         self._thread = None
         return True
 
+    @property
+    def rejected_requests(self) -> int:
+        """Requests that ended rejected (expired ones not included)."""
+        return self.ended['rejected']
+
+    @property
+    def failed_requests(self) -> int:
+        """Requests that ended failed."""
+        return self.ended['failed']
+
+    @property
+    def expired_requests(self) -> int:
+        """Requests that expired in the queue."""
+        return self.ended['expired']
+
+    def ask(self, task: str, text: str) -> int:
+        """Submit a language ask (any thread) and reserve its utterance on the task's text topics,
+        so asks are answered in the order they arrive. Returns the request id.
+
+        Raises:
+            KeyError: unknown task; ValueError: a bad ask (from ``Engine.submit_request``).
+        """
+        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text))
+
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -113,8 +139,8 @@ class InferenceWorker:
         if obs is not None and obs.stamp == self._last_stamp:
             obs = None  # same instant as the last frame (a late camera of that instant): no new frame
             self.repeated_observations += 1
-        if obs is None and self._engine.running == 0 and not getattr(self._engine, 'busy', False):
-            return  # nothing to decode (the concurrent schedule: nor outputs still to hand out)
+        if obs is None and self._engine.in_flight == 0 and not getattr(self._engine, 'busy', False):
+            return  # no request in flight (the concurrent schedule: nor outputs still to hand out)
         if obs is not None:
             self._last_stamp = obs.stamp
         if obs is not None:
@@ -144,25 +170,18 @@ class InferenceWorker:
                 self._log.error(f'engine fault in {f.stage} (contained):\n{f.trace}')
             self._report(f'fault_{f.kind}', f'{f.error} (frame {f.frame_id}, failed requests {list(f.request_ids)})',
                          ERROR)
-        by_task: dict[str, list] = {}
-        for d in result.deltas:
-            by_task.setdefault(d.task, []).extend(self._streams[d.task].delta(d.request_id, d.text))
         for r in result.ended:
-            notice = None
-            if r.status == RequestStatus.REJECTED:
-                expired = r.reason.startswith('expired')
-                self.rejected_requests += 1
-                self.expired_requests += int(expired)
-                notice = f'[request {r.id} {"expired" if expired else "rejected"}: {r.reason}]'
-                self._report('request_expired' if expired else 'request_rejected', notice[1:-1], WARN)
-            elif r.status == RequestStatus.FAILED:
-                self.failed_requests += 1
-                notice = f'[request {r.id} failed: {r.reason}]'
-                self._report('request_failed', notice[1:-1], WARN)
-            stream = self._streams[r.task]
-            by_task.setdefault(r.task, []).extend(stream.end(r.id, r.text, notice=notice))
+            if r.outcome in self.ended:  # every end but finishing; its utterance says why
+                self.ended[r.outcome] += 1
+                if r.outcome != 'cancelled':  # a cancel is asked for, not a problem
+                    self._report(f'request_{r.outcome}', f'request {r.id} ({r.task}) {r.outcome}: {r.reason}', WARN)
+        by_task = self.utterances.frame(result.deltas, result.ended)
         if not self._stop.is_set():
             for task, emits in by_task.items():
                 self._out.publish_text(task, emits)
-        self.snapshot = {'running_requests': self._engine.running,
-                         'queued_requests': self._engine.queued}
+        snap: dict[str, int] = {'running_requests': self._engine.running,
+                                'queued_requests': self._engine.queued,
+                                'requests_in_flight': self._engine.in_flight}
+        for task, row in self._engine.request_counts().items():
+            snap.update({f'requests_{task}_{k}': v for k, v in row.items()})
+        self.snapshot = snap

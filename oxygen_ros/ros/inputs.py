@@ -4,7 +4,8 @@ Every callback is short and never waits for inference: images are stored undecod
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` (decoded later, only when used), joint states
 arrive as serialized bytes (``raw=True``; ``/joint_states`` runs at the controller rate, up to
 1 kHz) and are read by :class:`~oxygen_ros.ros.convert.JointStateDecoder` (no Python message is
-built), picked by name and buffered; asks are queued in the engine. Every joint state is counted
+built), picked by name and buffered; asks go to ``submit_ask`` (the inference worker's
+:meth:`~oxygen_ros.ros.inference.InferenceWorker.ask`: queued in the engine, utterance reserved). Every joint state is counted
 by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
 Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
 once per kind), never raised.
@@ -28,7 +29,6 @@ from oxygen_ros.ros.convert import (
     compressed_to_rgb,
     image_to_rgb,
 )
-from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
 from oxygen_ros.ros.node_params import NodeConfig
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
@@ -55,16 +55,18 @@ class InputHandler:
         node: the lifecycle node (subscriptions are created on it).
         cfg: the validated configuration.
         assembler: receives images, joint states and the instruction.
-        engine: receives language asks.
+        submit_ask: ``(task, text) -> request id`` for a language ask (raises ``KeyError`` /
+            ``ValueError`` for a bad one).
         problems: where bad input is counted.
         now: monotonic seconds (for the problem log).
         on_time_jump: called (from a callback thread) when input time jumps backwards.
     """
 
-    def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler, engine: Engine,
+    def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler,
+                 submit_ask: Callable[[str, str], int],
                  problems: ProblemLog, now: Callable[[], float],
                  on_time_jump: Callable[[], None]) -> None:
-        self._node, self._cfg, self._asm, self._engine = node, cfg, assembler, engine
+        self._node, self._cfg, self._asm, self._submit_ask = node, cfg, assembler, submit_ask
         self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
         self.active = False
         self.asks = 0
@@ -162,7 +164,7 @@ class InputHandler:
             self._report('ask_ignored', f'{task} ask ignored: node not active')
             return
         try:
-            self._engine.submit_request(task, text=msg.data)
+            self._submit_ask(task, msg.data)
             self.asks += 1
         except (KeyError, ValueError) as exc:
             self._report('bad_ask', f'{task} ask rejected: {exc}')

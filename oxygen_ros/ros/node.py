@@ -115,11 +115,12 @@ class OxygenNode(LifecycleNode):
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)
         self.cfg = cfg
         self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report)
-        self.inputs = InputHandler(self, cfg, self.assembler, self.engine, self.problems,
+        self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
+                                      self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
+                                      text_header=cfg.text_header)
+        self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
                                     time.monotonic, self._on_time_jump)
         self.outputs.stamp_of = self.inputs.stamps.exact
-        self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
-                                      self.report, self.get_logger(), cfg.camera_sync_s, frames=frames)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the inference thread, the command timer and input processing."""

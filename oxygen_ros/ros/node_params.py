@@ -19,6 +19,7 @@ from rclpy.parameter import Parameter
 
 from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpaceConfig
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
+from oxygen_ros.ros.streams.text import HEADERS
 from oxygen_ros.ros.params import ParamError, ParamSpec, collect_values, declare, engine_specs, task_specs
 from oxygen_ros.ros.qos import QOS_NAMES
 
@@ -58,6 +59,8 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec('instruction', _S, '', 'Instruction used until one arrives on instruction_topic.'),
         ParamSpec('ask_qos', _S, 'reliable', 'QoS profile name of the ask topics.', choices=qos),
         ParamSpec('text_qos', _S, 'text', 'QoS profile name of the delta/text topics.', choices=qos),
+        ParamSpec('text_header', _S, 'ask', "Utterance header on the text topics: 'ask' ([#3 Q: <ask>] or "
+                  "[#7]), 'id' ([#3]) or 'none' (plain text).", choices=HEADERS),
         ParamSpec('state_tolerance_s', _F, 0.1, 'Largest |image - joint state| stamp difference '
                   'accepted in one observation, seconds.', 0.0, 60.0),
         ParamSpec('camera_max_age_s', _F, 0.5, 'A camera older than this (behind the newest input) '
@@ -148,6 +151,7 @@ class NodeConfig:
     command_max_hold_s: float
     diagnostics_period_s: float
     debug_model_input: bool
+    text_header: str = 'ask'
     position_action_topic: str = 'action_chunk_positions'
     state_joint_names: tuple[str, ...] = ()  # read_node_config fills it (= joint_names when unset)
     action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)

@@ -6,7 +6,9 @@ WARN too while the engine is not ready (warm-up) or when a compiled stage fell b
 OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
 command), tok/s, p50/p99 frame time, schedule and its metrics (chunk latency with / without
 language load, batcher busy fraction, tokens per frame), decode batch, requests running/queued, KV blocks in use /
-total, deadline misses and every drop counter.
+total, deadline misses and every drop counter; per language task the request accounting
+(``requests_<task>_submitted`` / finished / rejected / expired / failed / cancelled / in_flight)
+and, per output topic, the subscriptions its publisher has matched (``subscribers <topic>``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class NodeView(Protocol):
     worker: Any
     assembler: Any
     inputs: Any
+    outputs: Any
     stats: FrameStats
     problems: ProblemLog
     configure_error: str
@@ -65,6 +68,8 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
         values.update({f'joint_states_{k}': v for k, v in node.inputs.joint_state_counts.items()})
+    if node.outputs is not None:
+        values.update(node.outputs.subscribers())
     values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
     return values
 

@@ -77,6 +77,11 @@ class Outputs:
         self._pubs.append(pub)
         return pub
 
+    def subscribers(self) -> dict[str, int]:
+        """``subscribers <topic>`` -> subscriptions matched by that output's publisher (writer
+        side: what a reliable message published now reaches), for ``/diagnostics``."""
+        return {f'subscribers {p.topic_name}': p.get_subscription_count() for p in self._pubs}
+
     def destroy(self) -> None:
         """Destroy every publisher."""
         for pub in self._pubs:

@@ -1,12 +1,17 @@
 """InferenceWorker's frame handling (no ROS node): contained engine faults are reported by kind
 with the traceback logged once per kind; a rejected, expired or failed request is counted, reported
-and reaches its task's text topic as an end-of-utterance message saying why."""
+and reaches its task's text topic as an end-of-utterance message saying why; an ask made while no
+camera streams is still answered."""
+
+import time
 
 import numpy as np
+import pytest
 
 from oxygen_ros.bench.injection import FaultInjector
 from oxygen_ros.core.config import EngineConfig, TaskConfig
 from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.core.loops.schedules import make_engine
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 from oxygen_ros.ros.diagnostics import ERROR, FrameStats, ProblemLog
@@ -64,6 +69,39 @@ def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
     assert len([m for m in log.errors if "engine fault in start" in m]) == 1  # traceback once per kind
     assert "injected fault in decode" in log.errors[0]
     notices = [t for t in out.texts if t[1] == "text"]
-    assert notices[0][2].startswith(f"[request {huge} rejected: request needs")
-    assert all(n[2].startswith("[request ") and "failed in start" in n[2] for n in notices[1:])
+    assert notices[0][2].startswith(f"[#{huge}] [request {huge} rejected: request needs")
+    assert all(n[2].startswith("[#") and "failed: failed in start" in n[2] for n in notices[1:])
     eng.check_invariants()
+
+
+class NoCamera:
+    """The assembler of a node whose cameras never deliver (or have stopped)."""
+
+    def wait_new(self, timeout):
+        time.sleep(min(timeout, 0.005))
+        return False
+
+
+@pytest.mark.parametrize("schedule", ["serial", "concurrent"])
+def test_an_ask_while_no_camera_streams_is_answered_with_the_reason(schedule):
+    """Issue 19: with no observation and nothing running, the inference loop used to skip the
+    frame, so an ask stayed in the engine's inbox for ever — never decoded, never ended, shown
+    nowhere (running 0, queued 0). Now the loop steps while any request is in flight: the ask
+    waits in the queue and ends as expired, and its utterance says so."""
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),),
+                                           schedule=schedule, max_queue_wait_s=0.2))
+    eng.warmup()
+    out, log = FakeOutputs(), FakeLog()
+    worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
+    rid = worker.ask("conversation", "anyone there?")
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not [t for t in out.texts if t[1] == "text"]:
+        worker._once()
+    texts = [t[2] for t in out.texts if t[1] == "text"]
+    assert texts and texts[0].startswith(f"[#{rid} Q: anyone there?] [request {rid} expired: waited"), out.texts
+    assert worker.expired_requests == 1 and eng.in_flight == 0
+    assert worker.snapshot["requests_conversation_expired"] == 1
+    assert worker.snapshot["requests_conversation_submitted"] == 1
+    eng.check_invariants()
+    eng.close()

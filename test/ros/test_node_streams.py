@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.streams.text import TaskTextStream
+from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.ros.streams.text import Emit, TaskTextStream, Utterances, end_notice
 
 
 def chunk(h=5, n=2, base=0.0):
@@ -52,7 +53,7 @@ def test_command_stream_copies_the_chunk():
 
 
 def test_text_stream_serialises_interleaved_requests():
-    ts = TaskTextStream()
+    ts = TaskTextStream('none')
     out = []
     out += ts.delta(1, 'Hel')
     out += ts.delta(2, 'Wo')  # request 2 decodes in the same batch: held back
@@ -68,7 +69,7 @@ def test_text_stream_serialises_interleaved_requests():
 
 
 def test_text_stream_concatenation_equals_final_text_for_every_utterance():
-    ts = TaskTextStream()
+    ts = TaskTextStream('none')
     rng = np.random.default_rng(0)
     texts = {i: ''.join(rng.choice(list('ab€😀 '), size=9)) for i in range(1, 6)}
     emits, pos = [], {i: 0 for i in texts}
@@ -91,15 +92,15 @@ def test_text_stream_concatenation_equals_final_text_for_every_utterance():
     assert finals == [texts[i] for i in sorted(texts)]
 
 
-def test_text_stream_ignores_requests_without_output():
-    ts = TaskTextStream()
-    assert ts.end(7, '') == []  # rejected before any token
-    out = ts.delta(8, 'par') + ts.end(8, 'par')  # cancelled / failed after a delta
+def test_text_stream_answers_every_ended_request():
+    ts = TaskTextStream('none')
+    assert [(e.kind, e.text) for e in ts.end(7, '')] == [('text', '')]  # finished with no output
+    out = ts.delta(8, 'par') + ts.end(8, 'par')
     assert [(e.kind, e.text) for e in out] == [('delta', 'par'), ('text', 'par')]
 
 
-def test_text_stream_says_why_a_request_ended_without_output_in_its_turn():
-    ts = TaskTextStream()
+def test_text_stream_says_why_a_request_ended_in_its_turn():
+    ts = TaskTextStream('none')
     live = ts.delta(1, 'the cube')  # an utterance is streaming
     notice = '[request 2 rejected: request needs 32 KV blocks but at most 11 fit beside the action path]'
     held = ts.end(2, '', notice=notice)
@@ -108,6 +109,59 @@ def test_text_stream_says_why_a_request_ended_without_output_in_its_turn():
     assert [(e.kind, e.text, e.request_id) for e in out] == [
         ('text', 'the cube', 1), ('delta', notice, 2), ('text', notice, 2)]
     assert ts.pending == 0
-    assert ts.end(3, '', notice=None) == []
-    later = ts.delta(4, 'ok') + ts.end(4, 'ok', notice='[request 4 failed: x]')  # had output: its text
-    assert [(e.kind, e.text) for e in later] == [('delta', 'ok'), ('text', 'ok')]
+    later = ts.delta(4, 'ok') + ts.end(4, 'ok', notice='[request 4 cancelled]')  # after output: text + why
+    assert [(e.kind, e.text) for e in later] == [('delta', 'ok'), ('delta', ' [request 4 cancelled]'),
+                                                 ('text', 'ok [request 4 cancelled]')]
+
+
+@pytest.mark.parametrize('header, ask_head, periodic_head', [
+    ('ask', '[#3 Q: What do you see?] ', '[#4] '), ('id', '[#3] ', '[#4] '), ('none', '', '')])
+def test_text_stream_headers_keep_deltas_adding_up_to_the_text(header, ask_head, periodic_head):
+    ts = TaskTextStream(header)
+    ts.open(3, 'What do\nyou  see?')  # one line in `ros2 topic echo`
+    out = ts.delta(4, 'memo') + ts.delta(3, 'a cube') + ts.end(4, 'memo') + ts.end(3, 'a cube')
+    by_rid: dict = {}
+    for e in out:
+        by_rid.setdefault(e.request_id, []).append(e)
+    for rid, head, body in ((3, ask_head, 'a cube'), (4, periodic_head, 'memo')):
+        emits = by_rid[rid]
+        assert emits[-1].kind == 'text' and emits[-1].text == head + body
+        assert ''.join(e.text for e in emits[:-1]) == emits[-1].text
+    assert [e.request_id for e in out if e.kind == 'text'] == [3, 4]  # opened first, answered first
+    with pytest.raises(ValueError, match='text_header'):
+        TaskTextStream('verbose')
+
+
+def test_utterances_answer_asks_in_the_order_they_were_submitted():
+    from oxygen_ros.core.types import TextDelta
+    u = Utterances(['conversation', 'memory'], 'ask')
+    ids = iter([5, 6, 7])
+    asked = [u.submit('conversation', q, lambda: next(ids)) for q in ('one?', 'two?', 'three?')]
+    assert asked == [5, 6, 7]
+    # the third and second decode first (e.g. the first waited for blocks): held back, in order
+    out = u.frame([TextDelta(7, 'conversation', 'c', 0), TextDelta(6, 'conversation', 'b', 0)],
+                  [result(7, 'c'), result(6, 'b')])
+    assert out['conversation'] == [Emit('delta', '[#5 Q: one?] ', 5)]
+    out = u.frame([], [result(5, '', RequestStatus.REJECTED, 'expired: waited 30.0 s in the queue')])
+    texts = [e.text for e in out['conversation'] if e.kind == 'text']
+    assert texts == ['[#5 Q: one?] [request 5 expired: waited 30.0 s in the queue]', '[#6 Q: two?] b',
+                     '[#7 Q: three?] c']
+    assert u.pending == 0
+    with pytest.raises(KeyError):
+        u.submit('conversation', 'x', lambda: {}['bad task'])
+    assert u.pending == 0  # nothing opened for a refused ask
+
+
+@pytest.mark.parametrize('status, reason, notice', [
+    (RequestStatus.FINISHED, 'length', None),
+    (RequestStatus.CANCELLED, 'cancelled', '[request 9 cancelled]'),
+    (RequestStatus.REJECTED, 'queue full', '[request 9 rejected: queue full]'),
+    (RequestStatus.REJECTED, 'expired: waited 1.0 s', '[request 9 expired: waited 1.0 s]'),
+    (RequestStatus.FAILED, 'failed in decode: boom', '[request 9 failed: failed in decode: boom]')])
+def test_end_notice_names_every_outcome_but_finishing(status, reason, notice):
+    assert end_notice(result(9, '', status, reason)) == notice
+
+
+def result(rid, text, status=None, reason='length'):
+    from oxygen_ros.core.engine.requests import RequestResult
+    return RequestResult(rid, 'conversation', status or RequestStatus.FINISHED, reason, text, [], 0, None, None)

@@ -22,9 +22,11 @@ import logging
 import time
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from ..config import COMPILE_MODES
+from ..types import Observation
 log = logging.getLogger(__name__)
 
 
@@ -93,6 +95,22 @@ class Stage:
             self.fall_back("compiled output was non-finite where eager was finite")
             return ref
         return out
+
+
+def warmup_observations(policy: Any, frames: int, cameras: list[int] | None, static: bool) -> list[Observation]:
+    """The engine warm-up's blank observations: one per camera count in ``cameras`` (default 1 …
+    all slots; only the largest when shapes are not ``static``) — each count is its own vision /
+    prefill / denoise shape — then ``frames - 1`` more of the largest. Images are black
+    ``[S, S, 3]`` uint8 at the model's size, the state zeros, the instruction "warm up"."""
+    slots = policy.cfg.image_slots
+    size = policy.cfg.vision.image_size
+    state = np.zeros(policy.normalizer.state_dim, np.float32)
+    counts = cameras or list(range(1, len(slots) + 1))
+    blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
+    if not static:
+        blanks = blanks[-1:]
+    return [Observation(images=images, state=state, instruction="warm up")
+            for images in blanks + [blanks[-1]] * max(frames - 1, 0)]
 
 
 class WarmupReport:

@@ -17,7 +17,6 @@ import threading
 import time
 from typing import Callable
 
-import numpy as np
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
@@ -26,6 +25,7 @@ from ..config import EngineConfig
 from ..policy import Pi05Policy, frame_noise
 from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
+from .compiled import warmup_observations
 from .faults import FaultLog
 from .lifecycle import RequestBook
 from .frame import FramePrefix
@@ -85,16 +85,16 @@ class Engine:
         Raises:
             KeyError: unknown task; ValueError: bad ``max_new_tokens`` / sampling parameters.
         """
-        r = self.book.new_request(task, text, max_new_tokens, temperature, top_k, seed, stop_ids)
-        reason = self.scheduler.submission_check(r)
-        if reason is not None:  # can never fit: rejected now, reported in the next frame's ``ended``
-            r.status, r.reason = RequestStatus.REJECTED, reason
-        with self._lock:
+        with self._lock:  # accepted and placed in one step: the accounting never sees it nowhere
+            r = self.book.new_request(task, text, max_new_tokens, temperature, top_k, seed, stop_ids)
+            reason = self.scheduler.submission_check(r)
+            if reason is not None:  # can never fit: rejected now, reported in the next frame's ``ended``
+                r.status, r.reason = RequestStatus.REJECTED, reason
             self._new.append(r)
         return r.id
 
     def cancel(self, request_id: int) -> bool:
-        """Ask to cancel a request; applied before its next token. False if unknown or already over."""
+        """Cancel a request before its next token (concurrent: its next frame). False if unknown or over."""
         with self._lock:
             if not self.book.is_live(request_id):
                 return False
@@ -260,18 +260,13 @@ class Engine:
         apart from steady-state frame times).
         """
         t0 = time.perf_counter()
-        slots = self.policy.cfg.image_slots
-        size = self.policy.cfg.vision.image_size
-        state = np.zeros(self.policy.normalizer.state_dim, np.float32)
-        counts = cameras or list(range(1, len(slots) + 1))
-        blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
-        if not self.runner.static:
-            blanks = blanks[-1:]
-        for images in blanks + [blanks[-1]] * max(frames - 1, 0):
-            self.submit_observation(Observation(images=images, state=state, instruction="warm up"))
+        for obs in warmup_observations(self.policy, frames, cameras, self.runner.static):
+            self.submit_observation(obs)
             self.step()
         self.runner.warm_decode_buckets()
         self.streams.sync()
+        self._cancel_all()  # the warm-up's periodic requests: ended, then forgotten with their counts
+        self.book.forget()
         self.frame_id = 0
         self.warmup_s = time.perf_counter() - t0
         self.ready = True
@@ -290,8 +285,27 @@ class Engine:
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:
-        """Raise unless the pool is consistent (:meth:`RequestBook.check_invariants`)."""
+        """Raise unless the pool is consistent (:meth:`RequestBook.check_invariants`) and every
+        accepted request is accounted for (:meth:`RequestBook.check_accounting`). Call it from the
+        stepping thread, between frames."""
         self.book.check_invariants()
+        with self._lock:
+            self.book.check_accounting(self._located())
+
+    def _located(self) -> list[LanguageRequest]:
+        """Live requests not yet drained, queued or running (the caller holds ``self._lock``)."""
+        running = [r for r in self.scheduler.running if not r.status.terminal]
+        return list(self._new) + list(self.scheduler.queue) + running
+
+    def request_counts(self) -> dict[str, dict[str, int]]:
+        """Per task: submitted, finished, rejected, expired, failed, cancelled, in_flight (warm-up
+        excluded; :class:`~.requests.RequestCounts`)."""
+        return self.book.counts.snapshot()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet ended, wherever they are (not yet drained included)."""
+        return self.book.num_live
 
     @property
     def queued(self) -> int:
@@ -305,6 +319,10 @@ class Engine:
 
     def close(self) -> list:
         """Cancel every request and release all blocks; returns the ended results."""
+        return self._cancel_all()
+
+    def _cancel_all(self) -> list:
+        """Cancel every request (not yet drained, queued, running); returns the ended results."""
         with self._lock:
             new, self._new = self._new, []
         self.book.begin_frame()

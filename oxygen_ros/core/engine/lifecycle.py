@@ -1,12 +1,21 @@
 """Language request lifecycle: creation, prompts, attachment to a prefix, token acceptance,
 finishing, cancellation and rejection — with the per-frame deltas and ended lists.
 
-Every terminal transition releases all of the request's KV references in the same frame.
+Every terminal transition releases all of the request's KV references in the same frame, and is
+counted in :attr:`RequestBook.counts` (``submitted = finished + rejected + expired + failed +
+cancelled + in flight``, checked by :meth:`RequestBook.check_accounting`).
+
+Threads: :meth:`RequestBook.new_request` runs on any thread (ROS callbacks submit asks while the
+batcher thread creates periodic requests), so ids, the live set and the counts are taken under one
+lock; every other method runs in the thread that steps the language work.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Callable
 
 from ..cache.block_pool import BlockTable
@@ -15,7 +24,7 @@ from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
 from .frame import FramePrefix, RequestState, task_prefix
-from .requests import LanguageRequest, RequestResult, RequestStatus
+from .requests import OUTCOMES, LanguageRequest, RequestCounts, RequestResult, RequestStatus, outcome_of
 
 if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
@@ -38,8 +47,10 @@ class RequestBook:
         self.policy = policy
         self.pool = pool
         self.streams = streams
-        self._next_id = 1
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # ids, _live and counts: new_request runs on any thread
         self._live: dict[int, LanguageRequest] = {}
+        self.counts = RequestCounts()
         self._deltas: list[TextDelta] = []
         self._ended: list[RequestResult] = []
         self.tokens_this_frame = 0
@@ -61,17 +72,26 @@ class RequestBook:
             raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={self.cfg.max_top_k}")
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
-        rid = self._next_id
-        self._next_id += 1
-        r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
-                            top_k=params.top_k, seed=seed, stop_ids=tuple(int(s) for s in stop_ids),
-                            t_submit=time.perf_counter(), sample_key=params.key())
-        self._live[rid] = r
+        stop = tuple(int(s) for s in stop_ids)
+        with self._lock:  # one id per request, whatever thread asks (ids are how outputs are matched)
+            rid = next(self._ids)
+            r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
+                                top_k=params.top_k, seed=seed, stop_ids=stop, t_submit=time.perf_counter(),
+                                sample_key=params.key())
+            self._live[rid] = r
+            self.counts.submitted(task)
         return r
 
     def is_live(self, rid: int) -> bool:
         """Whether ``rid`` exists and has not ended."""
-        return rid in self._live
+        with self._lock:
+            return rid in self._live
+
+    @property
+    def num_live(self) -> int:
+        """Requests accepted and not yet ended."""
+        with self._lock:
+            return len(self._live)
 
     def enqueue(self, reqs: list[LanguageRequest]) -> None:
         """Queue new requests; one rejected at submission ends now, a full queue rejects too."""
@@ -252,7 +272,9 @@ class RequestBook:
             fence = self.streams.fence()
             st.table.release(fence)
             self.pool.blocks.free(st.prefix.blocks, fence)
-        self._live.pop(r.id, None)
+        with self._lock:
+            if self._live.pop(r.id, None) is not None:  # counted once, however it ended
+                self.counts.ended(r.task, outcome_of(status, reason))
         self._ended.append(RequestResult.of(r))
 
     def check_invariants(self) -> None:
@@ -267,6 +289,35 @@ class RequestBook:
                     expected[b] += 1
         actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
         assert expected == actual, "KV block references do not match the running requests"
+
+    def check_accounting(self, located: list[LanguageRequest]) -> None:
+        """Raise ``AssertionError`` unless every accepted request is accounted for: per task,
+        ``submitted = finished + rejected + expired + failed + cancelled + in flight``, the in-flight
+        ones are exactly the live ones, and each sits in one place the engine will still process (``located``: not yet drained, queued or running)."""
+        with self._lock:
+            live = dict(self._live)
+            counts = self.counts.snapshot()
+        ids = [r.id for r in located]
+        dup = sorted(i for i, n in Counter(ids).items() if n > 1)
+        assert not dup, f"requests {dup} are in two places at once"
+        lost = sorted(set(live) - set(ids))
+        assert not lost, f"requests {lost} were accepted, have not ended and are nowhere (lost)"
+        stray = sorted(set(ids) - set(live))
+        assert not stray, f"requests {stray} are queued or running but no longer live"
+        per_task = Counter(r.task for r in live.values())
+        for task, row in counts.items():
+            ended = sum(row[o] for o in OUTCOMES)
+            assert row["submitted"] == ended + row["in_flight"], f"{task}: {row}"
+            assert row["in_flight"] == per_task.get(task, 0), (
+                f"{task}: {row['in_flight']} in flight by the counts, {per_task.get(task, 0)} live")
+        assert set(per_task) <= set(counts), f"live requests of uncounted tasks {set(per_task) - set(counts)}"
+
+    def forget(self) -> None:
+        """Forget every count and ended result (the warm-up's own requests); call with nothing live."""
+        with self._lock:
+            assert not self._live, f"requests {sorted(self._live)} are still live"
+            self.counts.reset()
+        self.begin_frame()
 
     # ------------------------------------------------------------------ frames
     def begin_frame(self) -> None:

@@ -3,6 +3,8 @@ state of a running request lives in :class:`~.frame.RequestState`)."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,66 @@ class RequestStatus(IntEnum):
     def terminal(self) -> bool:
         """Whether the request is over (its blocks are released)."""
         return self >= RequestStatus.FINISHED
+
+
+#: How a request can end, as counted by :class:`RequestCounts` (an expired request has status
+#: REJECTED and a reason starting with "expired").
+OUTCOMES = ("finished", "rejected", "expired", "failed", "cancelled")
+
+
+def outcome_of(status: RequestStatus, reason: str) -> str:
+    """The accounting outcome of a terminal ``status`` (one of :data:`OUTCOMES`).
+
+    Raises:
+        ValueError: ``status`` is not terminal.
+    """
+    if not status.terminal:
+        raise ValueError(f"request status {status.name} has no outcome yet")
+    if status == RequestStatus.REJECTED and reason.startswith("expired"):
+        return "expired"
+    return status.name.lower()
+
+
+class RequestCounts:
+    """Per-task request accounting (thread-safe): every accepted request is counted once as
+    submitted and once by how it ended, so ``submitted = finished + rejected + expired + failed +
+    cancelled + in_flight`` holds at all times (vLLM's engine accounts for requests the same way:
+    each one it accepted ends finished, aborted or errored, and the caller is told)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, Counter] = {}
+
+    def submitted(self, task: str) -> None:
+        """Count one accepted request of ``task``."""
+        with self._lock:
+            self._counts.setdefault(task, Counter())["submitted"] += 1
+
+    def ended(self, task: str, outcome: str) -> None:
+        """Count one request of ``task`` that ended with ``outcome`` (one of :data:`OUTCOMES`)."""
+        with self._lock:
+            self._counts.setdefault(task, Counter())[outcome] += 1
+
+    def in_flight(self, task: str) -> int:
+        """Submitted and not yet ended."""
+        with self._lock:
+            c = self._counts.get(task, Counter())
+            return c["submitted"] - sum(c[o] for o in OUTCOMES)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """``task -> {submitted, finished, rejected, expired, failed, cancelled, in_flight}``."""
+        with self._lock:
+            out = {}
+            for task, c in sorted(self._counts.items()):
+                row = {"submitted": c["submitted"], **{o: c[o] for o in OUTCOMES}}
+                row["in_flight"] = row["submitted"] - sum(c[o] for o in OUTCOMES)
+                out[task] = row
+            return out
+
+    def reset(self) -> None:
+        """Forget every count (after warm-up)."""
+        with self._lock:
+            self._counts.clear()
 
 
 @dataclass
@@ -98,6 +160,11 @@ class RequestResult:
     frame_id: int
     time_to_first_token: float | None
     latency: float | None
+
+    @property
+    def outcome(self) -> str:
+        """How it ended: one of :data:`OUTCOMES`."""
+        return outcome_of(self.status, self.reason)
 
     @classmethod
     def of(cls, r: LanguageRequest) -> "RequestResult":

@@ -87,6 +87,11 @@ class BatcherLoop:
         with self._cv:
             return len(self._grants) + int(self._in_grant)
 
+    def granted_requests(self) -> list:
+        """The new requests of grants not yet taken up by the thread."""
+        with self._cv:
+            return [r for g in self._grants if isinstance(g, Grant) for r in g.new]
+
     @property
     def alive(self) -> bool:
         """Whether the thread runs."""

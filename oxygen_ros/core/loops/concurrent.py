@@ -251,9 +251,13 @@ class ConcurrentEngine(Engine):
 
     def check_invariants(self) -> None:
         """:meth:`Engine.check_invariants` with the batcher paused (no grant pending, no step
-        running), so every reference is held by a running request."""
+        running), so every reference is held by a running request and every accepted request is
+        not yet drained, in a grant, queued or running."""
         with self.batcher.paused():
             super().check_invariants()
+
+    def _located(self) -> list:
+        return super()._located() + self.batcher.granted_requests()
 
     def close(self) -> list:
         """Finish the granted work, cancel every request, release all blocks, stop the batcher;

@@ -1,24 +1,39 @@
-"""Turns one language task's concurrent requests into one readable text stream (ROS-free).
+"""Turns the engine's text deltas and ended requests into readable per-task text streams (ROS-free).
 
 The engine decodes several requests of a task in the same batch, so their deltas interleave. A
 ``std_msgs/String`` topic has no request id, so the node streams ONE utterance at a time per
-task: the deltas of the oldest unfinished request go out live; those of later requests are held
-back and flushed, in order, as soon as every earlier one has ended. Each utterance ends with its
-whole text on the task's text topic, so a reader concatenating the deltas between two finished
-texts gets exactly that text (the engine guarantees deltas never split a UTF-8 character).
+task (:class:`TaskTextStream`): the deltas of the oldest open utterance go out live; those of
+later ones are held back and flushed, in order, as soon as every earlier one has ended. Each
+utterance ends with its whole text on the task's text topic, so a reader concatenating the deltas
+between two finished texts gets exactly that text (the engine guarantees deltas never split a
+UTF-8 character).
 
-A request that ends without ever producing a delta emits nothing, unless it carries a notice
-(rejected, expired, or failed before its first token): then the notice — why it ended — is its
-one delta and its end-of-utterance text, in its turn. One that ends after deltas (finished,
-cancelled, failed) emits its text so far.
+Every request that ends is answered with an utterance, in order:
+
+- asks are opened when they are submitted (:meth:`Utterances.submit`), so several asks of one
+  task are answered in the order they arrived; periodic requests open with their first output;
+- each utterance starts with a header (node parameter ``text_header``): ``ask`` (default)
+  ``[#3 Q: What do you see?] `` for an ask, ``[#7] `` for a periodic request; ``id`` only the
+  request number; ``none`` nothing (plain text, e.g. for a text-to-speech consumer);
+- a request that ends for any reason other than finishing (rejected, expired, failed, cancelled)
+  ends its utterance with a notice saying why, e.g. ``[request 3 expired: waited 30.0 s …]``,
+  after whatever text it had produced.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ['Emit', 'TaskTextStream']
+from oxygen_ros.core.engine.requests import RequestResult
+from oxygen_ros.core.types import TextDelta
+
+__all__ = ['HEADERS', 'Emit', 'TaskTextStream', 'Utterances', 'end_notice']
+
+#: Values of the ``text_header`` parameter.
+HEADERS = ('ask', 'id', 'none')
 
 
 @dataclass(frozen=True)
@@ -30,48 +45,90 @@ class Emit:
     request_id: int
 
 
+def end_notice(r: RequestResult) -> str | None:
+    """Why ``r`` ended, for its utterance — ``[request 3 rejected: <reason>]`` (``[request 3
+    cancelled]`` when the reason adds nothing) — or ``None`` for a request that finished."""
+    outcome = r.outcome
+    if outcome == 'finished':
+        return None
+    reason = r.reason.strip()
+    if reason.startswith(outcome + ':'):  # "expired: waited 30.0 s ..." says it once
+        reason = reason[len(outcome) + 1:].strip()
+    return f'[request {r.id} {outcome}]' if reason in ('', outcome) else f'[request {r.id} {outcome}: {reason}]'
+
+
 @dataclass
 class _Utterance:
-    deltas: list[str] = field(default_factory=list)
+    header: str
+    header_sent: bool = False
+    deltas: list[str] = field(default_factory=list)  # not yet emitted
     final: str | None = None  # set when the request has ended
 
 
 class TaskTextStream:
-    """Serialises the deltas and final texts of one task's requests."""
+    """Serialises the utterances of one task's requests (not thread-safe: see :class:`Utterances`).
 
-    def __init__(self) -> None:
-        self._open: OrderedDict[int, _Utterance] = OrderedDict()  # by first delta, oldest first
+    Args:
+        header: ``ask``, ``id`` or ``none`` (see module doc).
+
+    Raises:
+        ValueError: unknown ``header``.
+    """
+
+    def __init__(self, header: str = 'ask') -> None:
+        if header not in HEADERS:
+            raise ValueError(f'text_header={header!r}: expected one of {", ".join(HEADERS)}')
+        self.header = header
+        self._open: OrderedDict[int, _Utterance] = OrderedDict()  # in answer order
 
     @property
     def pending(self) -> int:
-        """Utterances started but not yet fully emitted."""
+        """Utterances opened but not yet fully emitted."""
         return len(self._open)
 
-    def delta(self, request_id: int, text: str) -> list[Emit]:
-        """A new delta of ``request_id`` (empty text is allowed and emits nothing)."""
+    def _header(self, request_id: int, ask: str) -> str:
+        if self.header == 'none':
+            return ''
+        ask = ' '.join(ask.split())  # one line in `ros2 topic echo`
+        return f'[#{request_id} Q: {ask}] ' if self.header == 'ask' and ask else f'[#{request_id}] '
+
+    def _get(self, request_id: int) -> _Utterance:
         utt = self._open.get(request_id)
         if utt is None:
-            utt = self._open[request_id] = _Utterance()
+            utt = self._open[request_id] = _Utterance(self._header(request_id, ''))
+        return utt
+
+    def open(self, request_id: int, ask: str = '') -> None:
+        """Reserve ``request_id``'s place in the answer order (call when the ask is submitted,
+        before the engine can produce output for it); nothing is emitted yet."""
+        if request_id not in self._open:
+            self._open[request_id] = _Utterance(self._header(request_id, ask))
+
+    def delta(self, request_id: int, text: str) -> list[Emit]:
+        """A new delta of ``request_id`` (empty text is allowed: it opens the utterance)."""
+        utt = self._get(request_id)
         if text:
             utt.deltas.append(text)
         return self._flush()
 
     def end(self, request_id: int, text: str, notice: str | None = None) -> list[Emit]:
-        """``request_id`` ended with whole text ``text``. One that never produced a delta is
-        ignored, or, with a ``notice`` (why it ended), emits the notice as its utterance."""
-        utt = self._open.get(request_id)
-        if utt is None:
-            if not notice:
-                return []
-            utt = self._open[request_id] = _Utterance(deltas=[notice])
-            text = notice
-        utt.final = text
+        """``request_id`` ended with whole text ``text``; ``notice`` (why it ended, for anything
+        but finishing) closes the utterance after the text. Every call completes an utterance."""
+        utt = self._get(request_id)
+        tail = ''
+        if notice:
+            tail = (' ' if text and not text.endswith(' ') else '') + notice
+            utt.deltas.append(tail)
+        utt.final = utt.header + text + tail
         return self._flush()
 
     def _flush(self) -> list[Emit]:
         out: list[Emit] = []
         while self._open:
             rid, utt = next(iter(self._open.items()))
+            if utt.header and not utt.header_sent:
+                out.append(Emit('delta', utt.header, rid))
+                utt.header_sent = True
             out.extend(Emit('delta', d, rid) for d in utt.deltas)
             utt.deltas.clear()
             if utt.final is None:
@@ -79,3 +136,46 @@ class TaskTextStream:
             out.append(Emit('text', utt.final, rid))
             del self._open[rid]
         return out
+
+
+class Utterances:
+    """The text streams of every task, shared by the thread that submits asks and the one that
+    handles frame results (one lock: an ask's place is reserved before any output of it exists).
+
+    Args:
+        tasks: the task names; header: ``text_header`` (see module doc).
+    """
+
+    def __init__(self, tasks: Iterable[str], header: str = 'ask') -> None:
+        self._streams = {t: TaskTextStream(header) for t in tasks}
+        self._lock = threading.Lock()
+
+    def submit(self, task: str, ask: str, submit: Callable[[], int]) -> int:
+        """Run ``submit`` (which hands the ask to the engine and returns its request id) and open
+        the utterance, atomically with respect to :meth:`frame`. Returns the request id.
+
+        Raises:
+            KeyError / ValueError: whatever ``submit`` raised (nothing is opened).
+        """
+        with self._lock:
+            rid = submit()
+            if task in self._streams:
+                self._streams[task].open(rid, ask)
+            return rid
+
+    def frame(self, deltas: Iterable[TextDelta], ended: Iterable[RequestResult]) -> dict[str, list[Emit]]:
+        """One frame's outputs → the messages to publish per task, in order (deltas first, then
+        the ended requests with their notices)."""
+        out: dict[str, list[Emit]] = {}
+        with self._lock:
+            for d in deltas:
+                out.setdefault(d.task, []).extend(self._streams[d.task].delta(d.request_id, d.text))
+            for r in ended:
+                out.setdefault(r.task, []).extend(self._streams[r.task].end(r.id, r.text, end_notice(r)))
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Utterances opened and not yet completed, over all tasks."""
+        with self._lock:
+            return sum(s.pending for s in self._streams.values())
