@@ -165,3 +165,15 @@ def test_end_notice_names_every_outcome_but_finishing(status, reason, notice):
 def result(rid, text, status=None, reason='length'):
     from oxygen_ros.core.engine.requests import RequestResult
     return RequestResult(rid, 'conversation', status or RequestStatus.FINISHED, reason, text, [], 0, None, None)
+
+
+def test_text_stream_sends_nul_as_replacement_so_deltas_still_add_up_on_the_wire():
+    """A ROS string is NUL-terminated: serialising 'a\\x00b' yields 'a'. A decoded NUL byte must not
+    cut a delta or the final text (the e2e test saw deltas != text when one did)."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    from std_msgs.msg import String
+    ts = TaskTextStream('id')
+    out = ts.delta(1, 'ab\x00c') + ts.delta(1, '\x00') + ts.end(1, 'ab\x00c\x00')
+    wire = [deserialize_message(serialize_message(String(data=e.text)), String).data for e in out]
+    assert wire == ['[#1] ', 'ab\ufffdc', '\ufffd', '[#1] ab\ufffdc\ufffd']
+    assert ''.join(wire[:-1]) == wire[-1]

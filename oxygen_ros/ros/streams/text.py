@@ -17,7 +17,10 @@ Every request that ends is answered with an utterance, in order:
   request number; ``none`` nothing (plain text, e.g. for a text-to-speech consumer);
 - a request that ends for any reason other than finishing (rejected, expired, failed, cancelled)
   ends its utterance with a notice saying why, e.g. ``[request 3 expired: waited 30.0 s …]``,
-  after whatever text it had produced.
+  after whatever text it had produced;
+- a NUL character (a model can decode one: byte-fallback token ``<0x00>``) is sent as U+FFFD:
+  ROS strings are NUL-terminated, so the rmw would cut the message there and the deltas would no
+  longer add up to the text.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ def end_notice(r: RequestResult) -> str | None:
     return f'[request {r.id} {outcome}]' if reason in ('', outcome) else f'[request {r.id} {outcome}: {reason}]'
 
 
+def _wire(text: str) -> str:
+    """``text`` as a ROS string can carry it: NUL (the C string terminator) becomes U+FFFD."""
+    return text.replace('\x00', '\ufffd')
+
+
 @dataclass
 class _Utterance:
     header: str
@@ -89,7 +97,7 @@ class TaskTextStream:
     def _header(self, request_id: int, ask: str) -> str:
         if self.header == 'none':
             return ''
-        ask = ' '.join(ask.split())  # one line in `ros2 topic echo`
+        ask = _wire(' '.join(ask.split()))  # one line in `ros2 topic echo`
         return f'[#{request_id} Q: {ask}] ' if self.header == 'ask' and ask else f'[#{request_id}] '
 
     def _get(self, request_id: int) -> _Utterance:
@@ -108,13 +116,14 @@ class TaskTextStream:
         """A new delta of ``request_id`` (empty text is allowed: it opens the utterance)."""
         utt = self._get(request_id)
         if text:
-            utt.deltas.append(text)
+            utt.deltas.append(_wire(text))
         return self._flush()
 
     def end(self, request_id: int, text: str, notice: str | None = None) -> list[Emit]:
         """``request_id`` ended with whole text ``text``; ``notice`` (why it ended, for anything
         but finishing) closes the utterance after the text. Every call completes an utterance."""
         utt = self._get(request_id)
+        text = _wire(text)
         tail = ''
         if notice:
             tail = (' ' if text and not text.endswith(' ') else '') + notice
