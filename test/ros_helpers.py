@@ -297,14 +297,13 @@ class SensorFeed:
 
 
 def _publisher_main(argv: list[str]) -> int:
-    """Separate publisher process: cameras + joint states at a rate, instruction, and asks."""
+    """Separate publisher process: cameras + joint states at a rate and the instruction. Asks are
+    sent by the test itself, once the node's outputs have matched (``RosPeer.publish_matched``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument('--domain', type=int, required=True)
     ap.add_argument('--rate', type=float, default=30.0)
     ap.add_argument('--duration', type=float, default=60.0)
     ap.add_argument('--compressed', action='store_true')
-    ap.add_argument('--ask', action='append', default=[])
-    ap.add_argument('--ask-topic', default='ask')
     ap.add_argument('--instruction', default='pick up the red cube')
     ap.add_argument('--stamps-out', default='')
     a = ap.parse_args(argv)
@@ -313,19 +312,12 @@ def _publisher_main(argv: list[str]) -> int:
                       {s: t.replace('/compressed', '') for s, t in ALOHA_COMPRESSED.items()},
                       ALOHA_JOINTS, a.rate, compressed=a.compressed).start()
     instr = peer.node.create_publisher(String, 'instruction', reliable_qos())
-    ask = peer.node.create_publisher(String, a.ask_topic, reliable_qos())
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     end = time.monotonic() + a.duration
-    asks = list(a.ask)
-    seen_sub_at = None
     while not stop.is_set() and time.monotonic() < end:
         instr.publish(String(data=a.instruction))
-        if asks and ask.get_subscription_count() > 0:
-            seen_sub_at = seen_sub_at or time.monotonic()
-            if time.monotonic() - seen_sub_at > 2.0:  # the node activates right after subscribing
-                ask.publish(String(data=asks.pop(0)))
         stop.wait(0.5)
     feed.stop()
     if a.stamps_out:

@@ -104,21 +104,22 @@ class BagPlayer:
             self._clock_cls = Clock
             self._clock_pub = node.create_publisher(Clock, '/clock', QoSProfile(depth=10))
 
-    def wait_for_subscribers(self, timeout: float, settle: float = 0.5) -> list[str]:
-        """Wait up to ``timeout`` s until every publisher has a subscriber, then ``settle`` s more;
-        returns the topics still without one.
+    def wait_for_subscribers(self, timeout: float, settle: float = 0.5, clock: bool = False) -> list[str]:
+        """Wait up to ``timeout`` s until every publisher (with ``clock``, the ``/clock`` one too)
+        has a subscriber, then ``settle`` s more; returns the topics still without one.
 
         A publisher sees a subscription before that subscription has matched the publisher in
         turn; messages sent in between are lost even when both are reliable (``ros2 bag play``
         has the same race, hence its ``--delay``), so playback starts ``settle`` s later.
         """
+        pubs = dict(self.pubs) | ({'/clock': self._clock_pub} if clock and self._clock_pub is not None else {})
         end = time.monotonic() + timeout
         while True:
-            missing = [t for t, p in self.pubs.items() if p.get_subscription_count() == 0]
+            missing = [t for t, p in pubs.items() if p.get_subscription_count() == 0]
             if not missing or time.monotonic() >= end:
                 break
             time.sleep(0.05)
-        if len(missing) < len(self.pubs):
+        if len(missing) < len(pubs):
             time.sleep(settle)
         return missing
 
@@ -254,8 +255,12 @@ def main(argv: list[str] | None = None) -> int:
                 spin = threading.Thread(target=lambda: _spin(executor, ctx, stop), daemon=True)
                 spin.start()
                 missing = recorder.subscribe(max(args.wait_for_subscribers, 1.0))
-                if missing:
-                    print(f'bag_player: not (yet) in the graph, not recorded: {missing}', file=sys.stderr)
+                absent = [t for t in missing if t not in recorder.subscribed]
+                if absent:
+                    print(f'bag_player: not (yet) in the graph, not recorded: {absent}', file=sys.stderr)
+                if len(absent) < len(missing):
+                    print(f'bag_player: no publisher matched yet, may miss the first messages: '
+                          f'{[t for t in missing if t not in absent]}', file=sys.stderr)
             if args.wait_for_subscribers > 0:
                 missing = player.wait_for_subscribers(args.wait_for_subscribers)
                 if missing:

@@ -1,7 +1,7 @@
 """Record topics from the ROS graph into an mcap bag (``bag_player --record``), with rosbags.
 
 For machines without ``ros2 bag record``: subscribes (reliable, depth 1000) to each topic once its
-type is visible in the graph and writes every message through :class:`~.bag_out.BagOutput`, with
+type is visible in the graph, waits until it has matched a publisher, and writes every message through :class:`~.bag_out.BagOutput`, with
 the receiving node's clock as log time.
 """
 
@@ -28,9 +28,12 @@ class Recorder:
         self._lock = threading.Lock()
         self._subs: dict[str, Any] = {}
 
-    def subscribe(self, timeout: float) -> list[str]:
-        """Subscribe to every topic whose type is known in the graph within ``timeout`` s;
-        returns the topics not found."""
+    def subscribe(self, timeout: float, settle: float = 0.5) -> list[str]:
+        """Subscribe to every topic whose type is known in the graph and wait until each
+        subscription has matched a publisher, within ``timeout`` s, then ``settle`` s more (the
+        publisher side matches a little after the subscriber side; a reliable message published
+        before that is lost, as in ``wait_for_subscribers``). Returns the topics not found or not
+        matched."""
         from rclpy.qos import QoSProfile
 
         end = time.monotonic() + timeout
@@ -41,10 +44,18 @@ class Recorder:
                     cls = msg_class(graph[topic][0])
                     self._subs[topic] = self.node.create_subscription(
                         cls, topic, lambda m, t=topic: self._write(t, m), QoSProfile(depth=1000))
-            missing = [t for t in self.topics if t not in self._subs]
+            missing = [t for t in self.topics if t not in self._subs or self._subs[t].get_publisher_count() == 0]
             if not missing or time.monotonic() >= end:
-                return missing
+                break
             time.sleep(0.1)
+        if len(missing) < len(self.topics):
+            time.sleep(settle)
+        return missing
+
+    @property
+    def subscribed(self) -> list[str]:
+        """Topics subscribed so far (their type was found in the graph)."""
+        return list(self._subs)
 
     def _write(self, topic: str, msg: Any) -> None:
         with self._lock:

@@ -61,6 +61,7 @@ class InferenceWorker:
         self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
         self.ended: dict[str, int] = dict.fromkeys(('rejected', 'expired', 'failed', 'cancelled'), 0)
         self._logged_faults: set[str] = set()
+        self._unsent: list[dict] = []  # text of the frame that ran while stopping (publish_unsent)
         self.repeated_observations = 0
         self._last_stamp: float | None = None
 
@@ -176,9 +177,32 @@ class InferenceWorker:
                 if r.outcome != 'cancelled':  # a cancel is asked for, not a problem
                     self._report(f'request_{r.outcome}', f'request {r.id} ({r.task}) {r.outcome}: {r.reason}', WARN)
         by_task = self.utterances.frame(result.deltas, result.ended)
-        if not self._stop.is_set():
+        if self._stop.is_set():  # the node is deactivating or shutting down: the node decides
+            self._unsent.append(by_task)
+        else:
             for task, emits in by_task.items():
                 self._out.publish_text(task, emits)
+        self._snapshot()
+
+    def end_requests(self, reason: str) -> int:
+        """After :meth:`stop` (thread ended, publishers still active): publish the text of the
+        last frame, then cancel every request still in flight with ``reason`` and end its utterance
+        with that reason, so no ask is left unanswered by a deactivation. Returns how many ended."""
+        assert not self.alive, 'end_requests() while the inference thread runs'
+        flushed = self._engine.flush()  # the concurrent schedule's granted decode steps
+        ended = flushed.ended + self._engine.cancel_all(reason)
+        for r in ended:
+            if r.outcome in self.ended:
+                self.ended[r.outcome] += 1
+        self._unsent.append(self.utterances.frame(flushed.deltas, ended))
+        unsent, self._unsent = self._unsent, []
+        for by_task in unsent:
+            for task, emits in by_task.items():
+                self._out.publish_text(task, emits)
+        self._snapshot()
+        return len(ended)
+
+    def _snapshot(self) -> None:
         snap: dict[str, int] = {'running_requests': self._engine.running,
                                 'queued_requests': self._engine.queued,
                                 'requests_in_flight': self._engine.in_flight}

@@ -4,7 +4,8 @@ Lifecycle (rclpy.lifecycle):
 - *configure*: read and validate every parameter (a bad one fails the transition with a message
   naming it), load the model, allocate the engine's KV pool, create subscriptions and publishers;
 - *activate*: start the inference thread (and the per-step command timer if ``action_rate_hz``);
-- *deactivate*: stop them, drop buffered input; *cleanup*: free the model and the KV pool.
+- *deactivate*: stop them, drop buffered input, end the language requests in flight (their
+  utterances say ``node deactivated``); *cleanup*: free the model and the KV pool.
 With ``autostart`` (default) :func:`main` takes the node to *active* right away.
 
 Threads: one executor (rclpy's C++ EventsExecutor where available, see :func:`make_executor`) runs the (short) callbacks (callback groups: sensors, language
@@ -134,8 +135,13 @@ class OxygenNode(LifecycleNode):
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop input processing, the command timer and the inference thread."""
+        """Stop input processing, the command timer and the inference thread; end every language
+        request still in flight (cancelled, its utterance says ``node deactivated``)."""
         self._stop_activity()
+        if self.worker is not None and not self.worker.alive:
+            ended = self.worker.end_requests('node deactivated')
+            if ended:
+                self.get_logger().info(f'deactivated: {ended} language requests ended (cancelled)')
         self.lifecycle_state = 'inactive'
         return super().on_deactivate(state)
 

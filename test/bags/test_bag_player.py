@@ -59,7 +59,7 @@ def test_plays_recorded_bytes_at_recorded_timing_with_clock(player_node):
         peer.collect(Clock, '/clock', reliable_qos(1000))
         with BagInput(SAMPLE_BAG) as bag:
             player = BagPlayer(bag, node, topics=['/joint_states', CAM], clock_hz=50.0)
-            assert player.wait_for_subscribers(20) == []
+            assert player.wait_for_subscribers(20, clock=True) == []
             stats = player.play(rate=2.0, duration=2.0)
             first_raw = next(r for t, _, r in bag.messages(['/joint_states']))
         peer.wait_for(lambda: len(peer.messages("/joint_states")) >= 100, 10)
@@ -150,7 +150,7 @@ def test_feeds_the_oxygen_node_and_records_its_outputs(tmp_path):
                 [sys.executable, '-m', 'oxygen_ros.bags.player', str(SAMPLE_BAG), '--topics',
                  *INPUTS, '--wait-for-subscribers', '60', '--record', str(rec), '--record-topics',
                  '/action_chunk', '/conversation/delta', '/conversation/text', '/memory/text',
-                 '--record-linger', '5'],
+                 '--record-linger', '8'],
                 cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=150)
             assert node.poll() is None, (tmp_path / 'node.log').read_text()
     log = (tmp_path / 'node.log').read_text()

@@ -105,3 +105,39 @@ def test_an_ask_while_no_camera_streams_is_answered_with_the_reason(schedule):
     assert worker.snapshot["requests_conversation_submitted"] == 1
     eng.check_invariants()
     eng.close()
+
+
+@pytest.mark.parametrize("schedule", ["serial", "concurrent"])
+def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
+    """A request running or queued when the node deactivates is cancelled and its utterance
+    closes with ``node deactivated``; the deltas of the last frame (run while stopping) go out
+    first, so the deltas still add up to the text. Nothing is left in flight."""
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=64),),
+                                           schedule=schedule, tokens_per_frame=1, max_running_requests=1))
+    eng.warmup()
+    out, log = FakeOutputs(), FakeLog()
+    worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
+    running, queued = worker.ask("conversation", "first?"), worker.ask("conversation", "second?")
+    for i in range(3):  # the first request decodes a few tokens; the second waits (one may run)
+        eng.submit_observation(obs(i))
+        worker._handle(eng.step())
+    worker._stop.set()  # a frame run while the node stops: held back, not lost
+    eng.submit_observation(obs(3))
+    worker._handle(eng.step())
+    assert worker.end_requests("node deactivated") == 2
+    texts = {t[2][:t[2].index("]") + 1]: t[2] for t in out.texts if t[1] == "text"}
+    assert set(texts) == {f"[#{running} Q: first?]", f"[#{queued} Q: second?]"}, out.texts
+    for rid in (running, queued):
+        assert next(t for t in texts.values() if t.startswith(f"[#{rid} ")).endswith(
+            f"[request {rid} cancelled: node deactivated]")
+    deltas = "".join(t[2] for t in out.texts if t[1] == "delta")
+    assert deltas == "".join(t[2] for t in out.texts if t[1] == "text")
+    assert len(texts[f"[#{running} Q: first?]"]) > len(f"[#{running} Q: first?] [request {running} cancelled: node "
+                                                      "deactivated]") + 1  # it had decoded tokens
+    assert eng.in_flight == 0 and worker.ended["cancelled"] == 2
+    row = worker.snapshot
+    assert row["requests_conversation_submitted"] == 2 and row["requests_conversation_cancelled"] == 2
+    assert row["requests_conversation_in_flight"] == 0
+    eng.check_invariants()
+    eng.close()

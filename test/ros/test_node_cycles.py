@@ -97,12 +97,15 @@ def test_hundred_lifecycle_cycles_leak_no_threads_blocks_or_memory():
                                        if isinstance(t, torch.Tensor)))
                 assert _transition(peer, client, Transition.TRANSITION_ACTIVATE)
                 n0 = len(peer.messages('action_chunk'))
-                ask.publish(String(data=f'what do you see, cycle {cycle}?'))
+                peer.publish_matched(ask, String(data=f'what do you see, cycle {cycle}?'))
+                assert peer.wait_for(lambda: node.inputs.asks == 1, 30), f'cycle {cycle}: the ask was not taken'
                 assert peer.wait_for(lambda: len(peer.messages('action_chunk')) >= n0 + 2, 30), \
                     f'cycle {cycle}: no action chunks while active'
                 assert _transition(peer, client, Transition.TRANSITION_DEACTIVATE)
                 engine = node.engine
                 engine.check_invariants()
+                counts = engine.request_counts()['conversation']
+                assert counts['submitted'] == 1 and counts['in_flight'] in (0, 1), (cycle, counts)
                 refs = [weakref.ref(engine), weakref.ref(engine.pool), weakref.ref(node.policy)]
                 assert _transition(peer, client, Transition.TRANSITION_CLEANUP)
                 assert engine.pool.blocks.num_in_use == 0, f'cycle {cycle}: KV blocks still held'

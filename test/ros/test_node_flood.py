@@ -68,19 +68,19 @@ def test_chunk_period_is_steady_under_a_subscription_flood(tmp_path):
             peer.collect(DiagnosticArray, '/diagnostics')
             with node_process(dom, tmp_path / 'node.log', REPO / 'config' / 'oxygen.yaml',
                               PARAMS) as node:
-                steady = publisher(dom, 30.0, 60.0)
+                steady = publisher(dom, 30.0, 600.0)  # stopped below
                 try:
-                    assert peer.wait_for(lambda: len(peer.messages('action_chunk')) > 10, 40)
+                    assert peer.wait_for(lambda: len(peer.messages('action_chunk')) > 10, 90)
                     t0 = time.monotonic()
                     time.sleep(4.0)
                     t1 = time.monotonic()
-                    flood = publisher(dom, 2000.0, 60.0)
+                    flood = publisher(dom, 2000.0, 600.0)
                     try:
                         # measure once the flood has got going (the node takes in images fast)
-                        assert peer.wait_for(lambda: image_rate(peer, 1.0) > 150, 20), \
+                        assert peer.wait_for(lambda: image_rate(peer, 1.0) > 150, 60), \
                             f'no flood: {image_rate(peer, 1.0)} images/s'
                         t2 = time.monotonic()
-                        time.sleep(4.0)
+                        time.sleep(6.0)
                         t3 = time.monotonic()
                     finally:
                         assert stop_process(flood) == 0

@@ -100,8 +100,11 @@ def test_encodings_compression_and_bad_images(tmp_path):
         try:
             rig = Rig(peer)
             with node_process(dom, tmp_path / 'node.log', params=PARAMS) as node:
-                assert peer.wait_for(lambda: rig.raw.get_subscription_count() > 0, 20)
-                time.sleep(0.5)  # configured -> active
+                # active, and its model-input publishers matched this peer (its /diagnostics)
+                peer.wait_outputs_matched(['/oxygen/model_input/base_0_rgb',
+                                           '/oxygen/model_input/left_wrist_0_rgb'], 90)
+                assert peer.wait_for(lambda: rig.raw.get_subscription_count() > 0 and
+                                     rig.jpeg.get_subscription_count() > 0, 30)
                 expected = model_view(RED)
                 assert (expected[SIZE // 2, SIZE // 2] == [255, 0, 0]).all()  # red stays red
                 raw = {enc: rgb_to_image_msg(RED, enc) for enc in ('rgb8', 'bgr8', 'rgba8', 'bgra8')}

@@ -274,7 +274,7 @@ def test_sim_node_executes_chunks_by_time_rejects_bad_ones_holds_and_resets(tmp_
                 # bad chunks: rejected, counted, never executed
                 bad = np.tile(q0, (10, 1))
                 bad[3, 2] = math.nan
-                chunks.publish(_chunk(t_state, bad, 0.1))
+                peer.publish_matched(chunks, _chunk(t_state, bad, 0.1))
                 chunks.publish(_chunk(t_state, np.tile(q0, (10, 1)), 0.1, JOINT_NAMES[::-1][:13]))
                 chunks.publish(_chunk(t_state, np.tile(q0[:7], (10, 1)), 0.1))
                 assert peer.wait_for(lambda: _count(peer, 'non_finite') == 1 and
@@ -282,19 +282,21 @@ def test_sim_node_executes_chunks_by_time_rejects_bad_ones_holds_and_resets(tmp_
                                      _count(peer, 'bad_shape') == 1, 10), _diag(peer)
                 assert _diag(peer)['state'] == 'waiting'
 
-                # a good chunk: small steps on the right arm's waist, due from 0.2 s after its stamp
+                # a good chunk: small steps on the right arm's waist, due from LEAD s after its
+                # stamp (LEAD covers delivery on a loaded machine: every point must run)
+                LEAD = 1.0
                 t_state, q0 = _latest_state(peer)
                 held = _executed(peer)[-1][2]
                 rows = np.tile(held, (15, 1))
                 rows[:, 7] = held[7] + 0.04 * np.arange(1, 16)  # 0.04 per step < speed limit 0.06
                 stamp = t_state
-                chunks.publish(_chunk(stamp, rows, 0.2))
+                chunks.publish(_chunk(stamp, rows, LEAD))
                 assert peer.wait_for(lambda: _count(peer, 'losses') == 1, 15), _diag(peer)
-                ex = [e for e in _executed(peer) if e[0] >= stamp + 0.2 - 0.011]
+                ex = [e for e in _executed(peer) if e[0] >= stamp + LEAD - 0.011]
                 ran = [e for e in ex if e[1] == 'executing']
                 assert len(ran) == 15, [(round(t - stamp, 3), s) for t, s, _ in ex[:20]]
                 for t, _, pos in ran:  # the point due at each step, exactly
-                    i = int(math.floor((t + 0.01 - stamp - 0.2) / DT + 1e-9))
+                    i = int(math.floor((t + 0.01 - stamp - LEAD) / DT + 1e-9))
                     np.testing.assert_allclose(pos, rows[i], atol=1e-12)
                 # after the chunk: the last point is held, finite, no jump; then a loss report
                 after = [e for e in ex if e[0] > ran[-1][0]]
@@ -311,7 +313,7 @@ def test_sim_node_executes_chunks_by_time_rejects_bad_ones_holds_and_resets(tmp_
                 t_state, _ = _latest_state(peer)
                 back = np.tile(rows[-1], (10, 1))
                 back[:, 7] = rows[-1, 7] - 0.04 * np.arange(1, 11)
-                chunks.publish(_chunk(t_state, back, 0.1))
+                chunks.publish(_chunk(t_state, back, LEAD))
                 assert peer.wait_for(lambda: _count(peer, 'resumes') == 1 and
                                      _count(peer, 'out_of_order') == 1, 10), _diag(peer)
 
@@ -327,18 +329,17 @@ def test_sim_node_executes_chunks_by_time_rejects_bad_ones_holds_and_resets(tmp_
                     assert peer.wait_for(future.done, 15)
                     assert future.result().success, future.result().message
                 else:
-                    peer.wait_for(lambda: reset_pub.get_subscription_count() > 0, 5)
-                    reset_pub.publish(Empty())
+                    peer.publish_matched(reset_pub, Empty())
                 assert peer.wait_for(lambda: _count(peer, 'resets') >= 1, 10), _diag(peer)
                 peer.wait_for(lambda: _diag(peer).get('state') == 'waiting', 5)
                 assert _diag(peer)['state'] == 'waiting'
-                time.sleep(0.3)
+                peer.wait_for(lambda: np.allclose(_latest_state(peer)[1][:6], q0[:6], atol=0.05) and
+                              np.allclose(_latest_state(peer)[1][7:13], q0[7:13], atol=0.05), 10)
                 q_reset = _latest_state(peer)[1]
                 np.testing.assert_allclose(q_reset[:6], q0[:6], atol=0.05)
                 np.testing.assert_allclose(q_reset[7:13], q0[7:13], atol=0.05)
                 n_resets = _count(peer, 'resets')
-                peer.wait_for(lambda: reset_pub.get_subscription_count() > 0, 5)
-                reset_pub.publish(Empty())
+                peer.publish_matched(reset_pub, Empty())
                 assert peer.wait_for(lambda: _count(peer, 'resets') == n_resets + 1, 10)
 
                 for _, _, pos in _executed(peer):
@@ -375,7 +376,7 @@ def test_stream_source_raw_images_and_faster_than_real_time(tmp_path):
             params = {'command_source': 'stream', 'image_format': 'rgb8', 'camera_topics': topics,
                       'real_time_factor': 2.0, 'publish_clock': True, 'image_width': 32,
                       'image_height': 24, 'camera_rate_hz': 2.0, 'diagnostics_period_s': 0.5,
-                      'command_timeout_s': 0.1}
+                      'command_timeout_s': 0.5}  # sim seconds: a scheduling hiccup is not a gap
             with node_process(dom, log, SIM_YAML, params, module=SIM_MODULE) as sim:
                 assert peer.wait_for(lambda: peer.messages(topics[0]) and _diag(peer), 60), \
                     log.read_text()
@@ -384,7 +385,7 @@ def test_stream_source_raw_images_and_faster_than_real_time(tmp_path):
                 peer.wait_for(lambda: float(_diag(peer).get('sim_time', 0)) > 2.0, 10)
                 rtf = float(_diag(peer)['real_time_factor'])
                 assert 1.2 < rtf < 2.5, _diag(peer)  # loose: the machine is shared
-                peer.wait_for(lambda: cmd_pub.get_subscription_count() > 0, 5)
+                assert peer.wait_for(lambda: cmd_pub.get_subscription_count() > 0, 30)
                 target = _executed(peer)[-1][2].copy()  # the held start pose
                 target[0] += 0.02
                 order = list(reversed(range(14)))  # by name, any order
@@ -395,10 +396,10 @@ def test_stream_source_raw_images_and_faster_than_real_time(tmp_path):
                     msg.header.stamp = sec_to_stamp(t)
                     cmd_pub.publish(msg)
                     time.sleep(0.01)
-                assert peer.wait_for(lambda: _count(peer, 'losses') == 1, 10), _diag(peer)
+                assert peer.wait_for(lambda: _count(peer, 'losses') >= 1, 10), _diag(peer)
                 ran = [p for _, s, p in _executed(peer) if s == 'executing']
                 assert ran and all(np.allclose(p, target) for p in ran)
-                assert _count(peer, 'accepted') >= 5
+                assert peer.wait_for(lambda: _count(peer, 'accepted') >= 5, 10), _diag(peer)
                 assert sim.poll() is None
             assert sim.returncode == 0, log.read_text()
         finally:

@@ -265,7 +265,7 @@ class Engine:
             self.step()
         self.runner.warm_decode_buckets()
         self.streams.sync()
-        self._cancel_all()  # the warm-up's periodic requests: ended, then forgotten with their counts
+        self.cancel_all()  # the warm-up's periodic requests: ended, then forgotten with their counts
         self.book.forget()
         self.frame_id = 0
         self.warmup_s = time.perf_counter() - t0
@@ -319,15 +319,15 @@ class Engine:
 
     def close(self) -> list:
         """Cancel every request and release all blocks; returns the ended results."""
-        return self._cancel_all()
+        return self.cancel_all()
 
-    def _cancel_all(self) -> list:
-        """Cancel every request (not yet drained, queued, running); returns the ended results."""
+    def cancel_all(self, reason: str = "cancelled") -> list:
+        """Cancel every request (not yet drained, queued, running) with ``reason``; returns the ended results."""
         with self._lock:
             new, self._new = self._new, []
         self.book.begin_frame()
         self.book.enqueue(new)
-        self.book.cancel({r.id for r in list(self.scheduler.queue) + self.scheduler.running})
+        self.book.cancel({r.id for r in list(self.scheduler.queue) + self.scheduler.running}, reason)
         self.scheduler.drop_terminal()
         return self.book.end_frame()[1]
 

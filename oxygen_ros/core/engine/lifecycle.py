@@ -248,17 +248,17 @@ class RequestBook:
         self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
         self._end(r, RequestStatus.FINISHED, reason)
 
-    def cancel(self, ids: set[int]) -> None:
-        """Cancel queued or running requests by id (no further deltas)."""
+    def cancel(self, ids: set[int], reason: str = "cancelled") -> None:
+        """Cancel queued or running requests by id (no further deltas); ``reason`` goes on their result."""
         if not ids:
             return
         sched = self.scheduler
         for r in [r for r in sched.queue if r.id in ids]:
             sched.queue.remove(r)
-            self._end(r, RequestStatus.CANCELLED, "cancelled")
+            self._end(r, RequestStatus.CANCELLED, reason)
         for r in sched.running:
             if r.id in ids and r.status == RequestStatus.RUNNING:
-                self._end(r, RequestStatus.CANCELLED, "cancelled")
+                self._end(r, RequestStatus.CANCELLED, reason)
 
     def _end(self, r: LanguageRequest, status: RequestStatus, reason: str) -> None:
         r.status = status

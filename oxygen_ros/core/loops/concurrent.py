@@ -259,12 +259,18 @@ class ConcurrentEngine(Engine):
     def _located(self) -> list:
         return super()._located() + self.batcher.granted_requests()
 
-    def close(self) -> list:
-        """Finish the granted work, cancel every request, release all blocks, stop the batcher;
-        returns the requests that ended since the last step."""
+    def cancel_all(self, reason: str = "cancelled") -> list:
+        """Finish the granted work, then cancel every request with ``reason``; returns the requests
+        that ended since the last step (the batcher keeps running)."""
         ended = self.flush().ended
+        return ended + super().cancel_all(reason)
+
+    def close(self) -> list:
+        """Cancel every request (:meth:`cancel_all`), release all blocks, stop the batcher;
+        returns the requests that ended since the last step."""
+        ended = self.cancel_all()
         self.batcher.stop()
-        return ended + super().close()
+        return ended
 
 
 __all__ = ["ConcurrentEngine"]

@@ -20,11 +20,12 @@ class LoopMonitor:
         ask_topic: where :meth:`ask` publishes (the oxygen node's conversation ask topic).
         delta_topic / text_topic: the conversation task's outputs.
         action_topic: the chunk topic.
+        oxygen_status: name of the oxygen node's inference status on ``/diagnostics``.
     """
 
     def __init__(self, domain_id: int, ask_topic: str = 'ask',
                  delta_topic: str = 'conversation/delta', text_topic: str = 'conversation/text',
-                 action_topic: str = 'action_chunk') -> None:
+                 action_topic: str = 'action_chunk', oxygen_status: str = 'oxygen: inference') -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.context import Context
@@ -37,6 +38,8 @@ class LoopMonitor:
         from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos, text_qos
 
         self._String = String
+        self._oxygen_status = oxygen_status
+        self._answer_topics = tuple('/' + t.lstrip('/') for t in (delta_topic, text_topic))
         self.context = Context()
         rclpy.init(context=self.context, domain_id=domain_id,
                    signal_handler_options=SignalHandlerOptions.NO)
@@ -124,8 +127,16 @@ class LoopMonitor:
             return len(self.diags.get(name, []))
 
     def ask(self, text: str) -> bool:
-        """Publish an ask if the oxygen node subscribes to it; returns whether it was sent."""
+        """Publish an ask once the answer cannot be lost on the way: the oxygen node's ask
+        subscription has matched this publisher, and its ``/diagnostics`` show its publishers of
+        the delta and text topics matched (writer side: reliable messages published from then on
+        reach this monitor). Returns whether it was sent (call again later when not)."""
         if self.ask_pub.get_subscription_count() == 0:
+            return False
+        diag = self.last_diag(self._oxygen_status)
+        matched = [int(v) >= 1 for k, v in diag.items()
+                   if k.startswith('subscribers ') and k.endswith(self._answer_topics)]
+        if len(matched) < len(self._answer_topics) or not all(matched):
             return False
         self.ask_pub.publish(self._String(data=text))
         return True
