@@ -261,7 +261,8 @@ class ConcurrentEngine(Engine):
 
     def cancel_all(self, reason: str = "cancelled") -> list:
         """Finish the granted work, then cancel every request with ``reason``; returns the requests
-        that ended since the last step (the batcher keeps running)."""
+        that ended since the last step (the batcher keeps running). The granted work's deltas are
+        not returned: call :meth:`flush` first to keep them (as the node does on deactivation)."""
         ended = self.flush().ended
         return ended + super().cancel_all(reason)
 
