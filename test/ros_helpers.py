@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from oxygen_ros.ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp  # noqa: E402
+from oxygen_ros.ros.distro import close_context  # noqa: E402
 from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos  # noqa: E402
 
 ALOHA_JOINTS = (
@@ -204,10 +205,8 @@ class RosPeer:
         pub.publish(msg)
 
     def close(self) -> None:
-        """Shut down the context and join the spin thread."""
-        self.context.try_shutdown()
-        self._thread.join(5)
-        self._executor.shutdown()
+        """Shut down the context, join the spin thread, destroy the node (oxygen_ros.ros.distro)."""
+        close_context(self.context, [self.node], self._executor, self._thread)
 
 
 def sample_picture(height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:

@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context()
     rclpy.init(args=[], context=ctx, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
-    executor = recorder = spin = None
+    executor = recorder = spin = node = None
     try:
         with BagInput(args.bag) as bag:
             node = rclpy.create_node('oxygen_bag_player', context=ctx)
@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         if recorder is not None:
             path = recorder.close()
             print(f'recorded {dict(recorder.writer.counts)} into {path}')
+        if node is not None:  # Jazzy's Context.shutdown leaves the node in the graph (ros/distro.py)
+            node.destroy_node()
         ctx.try_shutdown()
     print(f'played {sum(stats.published.values())} messages in {stats.wall_s:.1f} s '
           f'({stats.late} more than {_LATE_S * 1e3:.0f} ms late, worst {stats.max_late_s * 1e3:.1f} ms); '

@@ -38,7 +38,7 @@ TARGET_RATIO = 1.15
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command line of ``bench schedules``."""
     ap = argparse.ArgumentParser(prog="bench schedules", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="40 measured frames per engine (the README table)")
+    ap.add_argument("--quick", action="store_true", help="40 measured frames per engine (the table in docs/benchmark.md)")
     ap.add_argument("--preset", default=None, help="model preset (default pi05-small on CPU, pi05 on CUDA)")
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     ap.add_argument("--layout", default="libero", choices=["libero", "droid", "aloha"])
@@ -141,7 +141,7 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """The README table."""
+    """The table of docs/benchmark.md ("Schedules: serial vs concurrent")."""
     s = doc["settings"]
     lines = [f"schedules — {s['preset']} on {s['device']}, {s['threads']} torch thread(s) per loop, "
              f"{s['layout']}, S={s['steps']}, H={s['horizon']}, language: 1 request/frame, N={s['tokens']}, "

@@ -22,7 +22,7 @@ The chaos run uses ``--schedule`` (``serial`` or ``concurrent``: the action loop
 thread); the reference is always the serial schedule, so the comparison also checks that the two
 schedules give the same tokens.
 
-    chaos_soak                          # 10,000 frames (the README's figures)
+    chaos_soak                          # 10,000 frames (the figures in docs/benchmark.md)
     chaos_soak --schedule concurrent    # the same with the two-loop schedule
     chaos_soak --frames 2000            # the CI version (a slow test)
 """

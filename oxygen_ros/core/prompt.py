@@ -96,7 +96,7 @@ class PromptTokenizer:
             the instruction text only, at a word boundary where possible).
         discrete_state: True (π0.5 default): the state is part of the prompt. False (openpi
             ``discrete_state_input=False``, e.g. ``pi05_libero``): openpi's π0 format
-            ``BOS + encode(instruction) + encode("\n")``, the state is not given to the model.
+            ``BOS + encode(instruction) + encode("\\n")``, the state is not given to the model.
 
     Raises:
         ValueError: bad ``max_len`` / ``num_bins`` / ``overflow``, or a tokenizer without BOS.

@@ -75,11 +75,17 @@ def run_recorded(sim: NodeSim, bag: BagInput, read: list[str], rate: float, max_
 
 
 def drain(sim: NodeSim, decode: bool) -> None:
-    """After the bag: decode running requests to the end (``decode``), cancel what is left."""
-    steps = 0
-    while decode and sim.engine.in_flight and steps < DRAIN_LIMIT:
+    """After the bag: decode running requests to the end (``decode``), cancel what is left.
+
+    Queued requests start as running ones free their blocks; two language-only frames in a row with
+    nothing decoding mean nothing can start any more (no observation was ever assembled, so there
+    is no prefix to start from): the rest is cancelled and counted, not waited for until it expires.
+    """
+    steps = idle = 0
+    while decode and sim.engine.in_flight and steps < DRAIN_LIMIT and idle < 2:
         sim.frame(None)
         steps += 1
+        idle = idle + 1 if sim.engine.running == 0 else 0
     flush = getattr(sim.engine, 'flush', None)  # the concurrent schedule's last grants
     if flush is not None:
         res = flush()

@@ -2,9 +2,10 @@
 
 The bag is read with ``rosbags``; topics are mapped with the node's own parameter file
 (``config/oxygen.yaml`` by default, ``-p name:=value`` overrides as with ``--ros-args``) and
-messages go through the node's converters and observation assembler (:mod:`.replay_engine`).
+messages go through the node's converters and observation assembler (:mod:`oxygen_ros.replay.loops`).
 
 Timing (``--timing``):
+
 - ``fast`` (default): as fast as possible, deterministic — one frame per image of the trigger
   camera (the first configured camera present in the bag; ``--frame-period`` thins them out),
   run once every message stamped up to that image has been delivered. Same bag + same seed ->
@@ -13,11 +14,12 @@ Timing (``--timing``):
   runs as the node's inference loop does (a frame whenever a new image arrived; inputs that
   arrive during a frame wait for the next one and are superseded) — latencies and drops as on
   the robot; not bit-reproducible.
+
 After the bag, running language requests are decoded to the end (``--no-drain``: cancelled).
 
 Outputs in ``--out``: ``output_bag/`` (mcap; JointTrajectory chunks on the action topic, String
 deltas and finished texts per task), ``report.txt``/``report.json``, and the PNG plots of
-:mod:`.replay_plots`. Exit status: 0 ok; 2 unusable input (bag, parameters, model) with a one-
+:mod:`oxygen_ros.replay.plots`. Exit status: 0 ok; 2 unusable input (bag, parameters, model) with a one-
 line reason; 3 the replay ran but is incomplete (bag read error, unreadable messages, or no
 action chunk at all) — the report says why.
 """

@@ -10,6 +10,7 @@
   the camera that triggers frames); a chunk also "runs dry" when its latency exceeds the chunk's
   horizon H x control_period_s (the robot would have no action left to execute);
 - warm-up frames (the first ``warmup`` frames with an observation) are excluded from timings.
+
 Drops are counted, never hidden: everything a node would have refused or lost is listed.
 """
 

@@ -1,11 +1,13 @@
 """The ``oxygen`` lifecycle node: cameras + joint states in, action chunks + streamed text out.
 
 Lifecycle (rclpy.lifecycle):
+
 - *configure*: read and validate every parameter (a bad one fails the transition with a message
   naming it), load the model, allocate the engine's KV pool, create subscriptions and publishers;
 - *activate*: start the inference thread (and the per-step command timer if ``action_rate_hz``);
 - *deactivate*: stop them, drop buffered input, end the language requests in flight (their
   utterances say ``node deactivated``); *cleanup*: free the model and the KV pool.
+
 With ``autostart`` (default) :func:`main` takes the node to *active* right away.
 
 Threads: one executor (rclpy's C++ EventsExecutor where available, see :func:`make_executor`) runs the (short) callbacks (callback groups: sensors, language
@@ -27,6 +29,7 @@ from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
+from oxygen_ros.ros.distro import events_executor
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
@@ -217,7 +220,8 @@ class OxygenNode(LifecycleNode):
 
 
 def make_executor(context: Context | None = None) -> tuple[Executor, str]:
-    """The node's executor: rclpy's C++ ``EventsExecutor`` where rclpy has it (Kilted and newer),
+    """The node's executor: rclpy's C++ ``EventsExecutor`` where rclpy has it (Jazzy 7.1, Kilted;
+    :func:`oxygen_ros.ros.distro.events_executor`),
     else the ``SingleThreadedExecutor``; returns ``(executor, kind)``.
 
     Why (issue 14): the executor thread and the inference thread share one interpreter (one GIL).
@@ -228,13 +232,10 @@ def make_executor(context: Context | None = None) -> tuple[Executor, str]:
     ``OXYGEN_EXECUTOR=single`` in the environment forces the ``SingleThreadedExecutor`` (for
     comparison in the ingress benchmark).
     """
-    if os.environ.get('OXYGEN_EXECUTOR', '') == 'single':
+    events = events_executor()
+    if events is None or os.environ.get('OXYGEN_EXECUTOR', '') == 'single':
         return SingleThreadedExecutor(context=context), 'SingleThreadedExecutor'
-    try:
-        from rclpy.experimental import EventsExecutor
-    except ImportError:
-        return SingleThreadedExecutor(context=context), 'SingleThreadedExecutor'
-    return EventsExecutor(context=context), 'EventsExecutor'
+    return events(context=context), 'EventsExecutor'
 
 
 def main(args: list[str] | None = None) -> int:

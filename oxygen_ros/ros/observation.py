@@ -5,6 +5,7 @@ opaque objects turned into uint8 ``[H, W, 3]`` RGB by the ``decode`` callable gi
 lazily — only the image a frame actually uses is decoded, so a flooded camera costs no decoding.
 
 Rules (DESIGN §5 step 1, issue #4):
+
 - reference time ``t_ref`` = newest stamp received on any input (cameras or joint states);
 - a camera whose newest good image is older than ``t_ref - camera_max_age_s`` is *stale*: its
   slot is masked (``None``) and reported; a camera that never delivered is reported the same way;
@@ -52,7 +53,7 @@ class AssemblerConfig:
     Attributes:
         slots: model image slots in order (e.g. ``base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb``).
         cameras: the slots that have a camera (a subset of ``slots``); the others are always masked.
-        state_tolerance_s: largest |image stamp - state stamp| accepted, seconds (>= 0).
+        state_tolerance_s: largest absolute difference of image and state stamps accepted, seconds (>= 0).
         camera_max_age_s: a camera older than this behind ``t_ref`` is stale, seconds (> 0).
         time_jump_s: a stamp this much older than its stream's newest is a time jump, seconds (> 0).
         state_history: joint states kept for matching (newest first out).
@@ -311,7 +312,7 @@ class ObservationAssembler:
 
     def counts(self) -> dict[str, int]:
         """Counters: out-of-order drops, time jumps, image decode errors, images per camera, and
-        ``state_offset_us``: |newest image - matched joint state| stamps of the last observation
+        ``state_offset_us``: absolute difference of the newest image's and the matched joint state's stamps in the last observation
         (µs; -1 before the first)."""
         with self._lock:
             out = {'dropped_out_of_order': self.dropped_out_of_order, 'time_jumps': self.time_jumps,

@@ -1,4 +1,4 @@
-"""The chaos soak, CI length (2,000 frames; the README's 10,000-frame figures come from
+"""The chaos soak, CI length (2,000 frames; the 10,000-frame figures in docs/benchmark.md come from
 ``chaos_soak``): every injected fault is contained, no block leaks, the pool invariant holds after
 every frame, untouched requests match the fault-free run token for token, memory stays flat."""
 

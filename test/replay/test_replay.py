@@ -264,6 +264,9 @@ def test_no_usable_joint_state_is_never_a_silent_empty_result(tmp_path):
     assert 'no action chunk was produced' in result.problems[0]
     assert 'waiting for joint states' in result.problems[0]
     assert result.stats.drops['bad joint states on /joint_states'] == 50
+    # the ask of the window can never start (no prefix): cancelled and counted at the end, not
+    # waited for until it expires
+    assert result.stats.drops['language requests cancelled at the end of the bag'] == 1
 
 
 def test_backwards_time_jump_clears_buffers_and_continues(tmp_path):

@@ -5,6 +5,7 @@ Admission reserves every block a request can ever need (its prompt plus ``max_ne
 of KV and is never evicted; and it always leaves room for the next frame's prefix, so the action
 path never waits for blocks. No head-of-line waits (vLLM's scheduler is the reference for the
 first rule; the aging is ours):
+
 - a request that can never fit — more blocks than the pool holds beside the action path (the
   current frame's prefix and the next frame's reserve), or wider than the block table — is
   rejected with a reason: at submission when its budget alone is too large, else at its first
@@ -14,6 +15,7 @@ first rule; the aging is ours):
   until running requests have freed enough blocks — so it is never starved;
 - the queue is bounded in length (``max_queued_requests``) and age (``max_queue_wait_s``: older
   requests end as rejected, "expired").
+
 The decode budget is a fixed ``k`` or, in adaptive mode, the number of steps that fit before the
 frame deadline according to measured step costs (OxyGen §4 fixes k offline; adapting it is ours).
 """

@@ -214,7 +214,7 @@ def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
         where = (f"{folder / PRE_JSON} naming a normalizer_processor state file ({folder / pre}) with "
                  f"observation.state.q01/q99, and {folder / post} (or the preprocessor file) with action.q01/q99")
     raise CheckpointError(f"{folder}: no normalisation statistics for {' and '.join(missing)}; expected {where}. "
-                          f"Compute them from your robot's bags with `norm_stats` (README: 'Norm stats from your bags')")
+                          f"Compute them from your robot's bags with `norm_stats` (docs/checkpoint.md: 'Norm stats from your bags')")
 
 
 def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelConfig) -> None:

@@ -5,23 +5,23 @@ LeRobot ``policies/pi05/configuration_pi05.py``), and openpi's converted ``confi
 same variants, so a checkpoint of another size (a distilled or tiny model) carries its true
 widths only in its tensors. This module derives every dimension the shapes determine:
 
-==========================  ====================================================================
-field                       tensor (checkpoint names, layout prefix stripped)
-==========================  ====================================================================
-``vocab_size``, vlm width   ``…paligemma.lm_head.weight`` / ``…language_model.embed_tokens.weight``
-                            ``[vocab, width]``
-``{vlm,expert}.depth``      number of ``…layers.<i>.`` indices
-``{vlm,expert}.mlp_dim``    ``…layers.0.mlp.gate_proj.weight`` ``[mlp, width]``
-``head_dim``, ``num_heads`` ``…layers.0.self_attn.k_proj.weight`` ``[kv_heads * head_dim, width]``
-                            and ``q_proj`` ``[num_heads * head_dim, width]`` — with the base
-                            config's ``num_kv_heads`` (1 in every π0.5 variant)
-expert width, action_dim    ``action_in_proj.weight`` ``[expert width, action_dim]``
-``vision.hidden_size``,     ``…vision_model.embeddings.patch_embedding.weight``
-``vision.patch_size``       ``[hidden, 3, patch, patch]``
-``vision.image_size``       ``…position_embedding.weight`` ``[(image / patch)^2, hidden]``
-``vision.intermediate_size````…encoder.layers.0.mlp.fc1.weight`` ``[mlp, hidden]``
-``vision.num_layers``       number of ``…encoder.layers.<i>.`` indices
-==========================  ====================================================================
+============================  ====================================================================
+field                         tensor (checkpoint names, layout prefix stripped)
+============================  ====================================================================
+``vocab_size``, vlm width     ``…paligemma.lm_head.weight`` / ``…language_model.embed_tokens.weight``
+                              ``[vocab, width]``
+``{vlm,expert}.depth``        number of ``…layers.<i>.`` indices
+``{vlm,expert}.mlp_dim``      ``…layers.0.mlp.gate_proj.weight`` ``[mlp, width]``
+``head_dim``, ``num_heads``   ``…layers.0.self_attn.k_proj.weight`` ``[kv_heads * head_dim, width]``
+                              and ``q_proj`` ``[num_heads * head_dim, width]`` — with the base
+                              config's ``num_kv_heads`` (1 in every π0.5 variant)
+expert width, action_dim      ``action_in_proj.weight`` ``[expert width, action_dim]``
+``vision.hidden_size``,       ``…vision_model.embeddings.patch_embedding.weight``
+``vision.patch_size``         ``[hidden, 3, patch, patch]``
+``vision.image_size``         ``…position_embedding.weight`` ``[(image / patch)^2, hidden]``
+``vision.intermediate_size``  ``…encoder.layers.0.mlp.fc1.weight`` ``[mlp, hidden]``
+``vision.num_layers``         number of ``…encoder.layers.<i>.`` indices
+============================  ====================================================================
 
 What shapes cannot tell: the SigLIP head count (``q_proj`` is ``[hidden, hidden]`` whatever the
 split) once the width differs from the base config's, and anything not stored as a tensor

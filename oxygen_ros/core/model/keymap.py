@@ -10,13 +10,13 @@ Two checkpoint layouts share one key scheme (DESIGN §2 "Checkpoints"):
 
 Own keys ↔ checkpoint keys (``P = paligemma_with_expert``):
 
-==============================  ===================================================
+=================================  ===================================================
 ``vision.tower.[vision_model.]X``  ``P.paligemma.model.vision_tower.vision_model.X``
-``vision.projector.W``          ``P.paligemma.model.multi_modal_projector.linear.W``
-``vlm.X``                       ``P.paligemma.model.language_model.X``
-``expert.X``                    ``P.gemma_expert.model.X``
-``action_in_proj.W`` …          same name
-==============================  ===================================================
+``vision.projector.W``             ``P.paligemma.model.multi_modal_projector.linear.W``
+``vlm.X``                          ``P.paligemma.model.language_model.X``
+``expert.X``                       ``P.gemma_expert.model.X``
+``action_in_proj.W`` …             same name
+=================================  ===================================================
 
 ``P.paligemma.lm_head.weight`` is tied to the VLM token embedding (either member may be absent
 from a file) and ``P.gemma_expert.lm_head.weight`` is the unused expert LM head (skipped).

@@ -87,7 +87,8 @@ class JointStateDecoder:
         """One serialized message -> ``(stamp.sec, stamp.nanosec, positions)``.
 
         Returns:
-            positions: float64 ``[len(joint_names)]`` in ``joint_names`` order (robot units).
+            ``(sec, nanosec, positions)``: the header stamp, and float64 positions
+            ``[len(joint_names)]`` in ``joint_names`` order (robot units).
 
         Raises:
             JointStateError: configured joints missing, fewer positions than names, a non-finite

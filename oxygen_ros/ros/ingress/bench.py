@@ -39,6 +39,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.ros.distro import close_context
 from oxygen_ros.ros.ingress.feed import CAMERA_TOPICS
 from oxygen_ros.ros.qos import reliable_qos
 
@@ -80,9 +81,7 @@ class _Listener:
                 raise
 
     def close(self) -> None:
-        self.context.try_shutdown()
-        self._thread.join(5)
-        self._executor.shutdown()
+        close_context(self.context, [self.node], self._executor, self._thread)
 
 
 def _diag_at(diags: list[tuple[float, dict[str, str]]], t: float, key: str) -> float:

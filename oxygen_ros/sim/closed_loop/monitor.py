@@ -142,6 +142,6 @@ class LoopMonitor:
         return True
 
     def close(self) -> None:
-        self.context.try_shutdown()
-        self._thread.join(5)
-        self._executor.shutdown()
+        from oxygen_ros.ros.distro import close_context
+
+        close_context(self.context, [self.node], self._executor, self._thread)

@@ -1,0 +1,203 @@
+"""The guides cannot drift from the code: every command block marked ``<!-- check: flags -->`` in
+README.md and docs/*.md is checked against the current tools.
+
+Per command line in a marked ```bash block (``#`` comments skipped, ``\\`` continues a line,
+leading ``VAR=value`` assignments allowed):
+
+- ``make <targets> [VAR=value]``: ``make -n`` accepts it (the target exists, the variables parse);
+- one of the package's console scripts (optionally ``.venv/bin/``) or ``python -m oxygen_ros.…``:
+  the tool's own argparse parser accepts the flags (the tool stops right after parsing);
+- ``oxygen_node``/``aloha_sim --ros-args``: ``--params-file`` exists; for ``oxygen_node`` every
+  ``-p`` name is a declared node parameter and the file + overrides pass the node's own checks;
+- ``ros2 launch oxygen_ros <file> name:=value``: the launch file exists and declares each argument.
+
+Anything else in a marked block is an error, so a block is marked only when it can be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = '<!-- check: flags -->'
+SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
+    'oxygen_demo': 'oxygen_ros.replay.demo', 'bench': 'oxygen_ros.bench.bench',
+    'chaos_soak': 'oxygen_ros.bench.soak', 'replay': 'oxygen_ros.replay.replay',
+    'bag_player': 'oxygen_ros.bags.player', 'record_sim_bag': 'oxygen_ros.sim.record_bag',
+    'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'closed_loop': 'oxygen_ros.sim.closed_loop.run',
+    'norm_stats': 'oxygen_ros.stats.tool',
+}
+ROS_SCRIPTS = ('oxygen_node', 'aloha_sim')
+_ENV = re.compile(r'^[A-Z_][A-Z0-9_]*=\S*$')
+
+
+def _pages() -> list[Path]:
+    return [REPO / 'README.md', *sorted((REPO / 'docs').rglob('*.md'))]
+
+
+def marked_blocks() -> list[tuple[str, int, str]]:
+    """(page, line number of the fence, block text) for every marked block."""
+    out = []
+    for page in _pages():
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != MARK:
+                continue
+            fence = lines[i + 1].strip() if i + 1 < len(lines) else ''
+            assert fence == '```bash', f'{page.name}:{i + 1}: {MARK} must precede a ```bash block'
+            end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == '```')
+            out.append((str(page.relative_to(REPO)), i + 2, '\n'.join(lines[i + 2:end])))
+    return out
+
+
+def commands(block: str) -> list[list[str]]:
+    """The block's command lines as argument lists (comments, continuations, env prefixes handled)."""
+    joined, out = block.replace('\\\n', ' '), []
+    for line in joined.splitlines():
+        if not line.strip() or line.lstrip().startswith('#'):
+            continue
+        argv = shlex.split(line, comments=True)
+        while argv and _ENV.match(argv[0]):
+            argv = argv[1:]
+        if argv:
+            out.append(argv)
+    return out
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _parse_flags(module: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the tool's ``main`` until its argparse parser has parsed ``argv``; fail on a parse error."""
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        real(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', parse_then_stop)
+    monkeypatch.setattr(sys, 'argv', [module, *argv])
+    main = importlib.import_module(module).main
+    try:
+        main(argv)
+    except _Parsed:
+        return
+    except SystemExit as e:
+        pytest.fail(f'{module} {shlex.join(argv)}: argparse refused the flags (exit {e.code})')
+    pytest.fail(f'{module} {shlex.join(argv)}: main() returned without parsing flags')
+
+
+def _ros_args(tool: str, argv: list[str]) -> None:
+    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config, node_specs
+    from oxygen_ros.ros.params import engine_specs, task_specs
+
+    assert argv[:1] == ['--ros-args'], f'{tool}: expected --ros-args, got {argv}'
+    params_file, overrides, rest = None, [], argv[1:]
+    while rest:
+        flag, value, rest = rest[0], rest[1] if len(rest) > 1 else None, rest[2:]
+        assert value is not None, f'{tool}: {flag} needs a value'
+        if flag == '--params-file':
+            params_file = REPO / value
+            assert params_file.is_file(), f'{tool}: parameter file {value} does not exist'
+        elif flag == '-p':
+            assert ':=' in value, f'{tool}: -p {value} must look like name:=value'
+            overrides.append(value)
+        elif flag not in ('-r', '--log-level'):
+            pytest.fail(f'{tool}: unknown ROS argument {flag}')
+    if tool != 'oxygen_node':
+        return
+    try:  # the node's own checks on the file + overrides
+        cfg = load_node_config(params_file, overrides)
+    except ParamsFileError as e:
+        pytest.fail(f'oxygen_node {shlex.join(argv)}: {e}')
+    declared = {s.name for s in node_specs() + engine_specs()}
+    for task in cfg.engine.tasks:
+        declared |= {s.name for s in task_specs(task.name)}
+    for item in overrides:
+        name = item.split(':=', 1)[0]
+        assert name in declared, f'oxygen_node: -p {name} is not a declared parameter'
+
+
+def _launch_args(argv: list[str]) -> None:
+    assert argv[:2] == ['launch', 'oxygen_ros'] and len(argv) >= 3, f'ros2 {shlex.join(argv)}'
+    path = REPO / 'launch' / argv[2]
+    assert path.is_file(), f'launch file {argv[2]} does not exist'
+    tree = ast.parse(path.read_text())
+    declared = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, 'id', None) == 'DeclareLaunchArgument'
+                and n.args and isinstance(n.args[0], ast.Constant)}
+    for item in argv[3:]:
+        name = item.split(':=', 1)[0]
+        assert ':=' in item and name in declared, f'{argv[2]}: launch argument {item!r} is not declared'
+
+
+def check_command(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check one command line (see the module docstring); fails the test on drift."""
+    tool = argv[0].removeprefix('.venv/bin/')
+    if tool == 'make':
+        env = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS')}
+        r = subprocess.run(['make', '-n', *argv[1:]], cwd=REPO, capture_output=True, text=True, env=env)
+        assert r.returncode == 0, f'make -n {shlex.join(argv[1:])}: {r.stderr.strip()}'
+    elif tool in SCRIPTS:
+        _parse_flags(SCRIPTS[tool], argv[1:], monkeypatch)
+    elif tool in ('python', 'python3') and argv[1:2] == ['-m'] and argv[2].startswith('oxygen_ros.'):
+        _parse_flags(argv[2], argv[3:], monkeypatch)
+    elif tool in ROS_SCRIPTS:
+        _ros_args(tool, argv[1:])
+    elif tool == 'ros2':
+        _launch_args(argv[1:])
+    else:
+        pytest.fail(f'{shlex.join(argv)}: not a command this test can check; leave its block unmarked')
+
+
+BLOCKS = marked_blocks()
+
+
+def test_the_guides_mark_their_commands() -> None:
+    pages = {page for page, _, _ in BLOCKS}
+    assert len(BLOCKS) >= 10 and 'README.md' in pages, (len(BLOCKS), pages)
+
+
+@pytest.mark.parametrize('page,line,block', BLOCKS, ids=[f'{p}:{n}' for p, n, _ in BLOCKS])
+def test_marked_command_block_matches_the_code(page: str, line: int, block: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cmds = commands(block)
+    assert cmds, f'{page}:{line}: marked block has no command'
+    for argv in cmds:
+        check_command(argv, monkeypatch)
+
+
+@pytest.mark.parametrize('argv', [
+    ['replay', '--no-such-flag'],
+    ['bench', '--threads', 'many'],
+    ['make', 'no-such-target'],
+    ['oxygen_node', '--ros-args', '-p', 'engine.no_such_parameter:=1'],
+    ['oxygen_node', '--ros-args', '--params-file', 'config/missing.yaml'],
+    ['ros2', 'launch', 'oxygen_ros', 'oxygen.launch.py', 'no_such_arg:=1'],
+    ['ros2', 'topic', 'echo', '/conversation/text'],
+])
+def test_the_checker_catches_drift(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises((pytest.fail.Exception, AssertionError)):
+        check_command(argv, monkeypatch)
+
+
+@pytest.mark.parametrize('argv', [
+    ['make', 'test', 'ROS_DISTRO=jazzy'],
+    ['.venv/bin/bench', '--threads', '1'],
+    ['python', '-m', 'oxygen_ros.replay.replay', 'data/aloha_sim_sample', '--timing', 'recorded'],
+    ['oxygen_node', '--ros-args', '--params-file', 'config/aloha.yaml', '-p', 'model:=pi05-tiny'],
+    ['ros2', 'launch', 'oxygen_ros', 'oxygen.launch.py', 'model:=pi05-tiny'],
+])
+def test_the_checker_accepts_current_commands(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    check_command(argv, monkeypatch)
