@@ -28,6 +28,7 @@ setup(
             "oxygen_demo = oxygen_ros.replay.demo:main",
             "bench = oxygen_ros.bench.bench:main",
             "chaos_soak = oxygen_ros.bench.soak:main",
+            "gpu_check = oxygen_ros.bench.gpu_check.stages:main",
             "replay = oxygen_ros.replay.replay:main",
             "bag_player = oxygen_ros.bags.player:main",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",

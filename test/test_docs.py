@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 MARK = '<!-- check: flags -->'
 SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     'oxygen_demo': 'oxygen_ros.replay.demo', 'bench': 'oxygen_ros.bench.bench',
-    'chaos_soak': 'oxygen_ros.bench.soak', 'replay': 'oxygen_ros.replay.replay',
+    'chaos_soak': 'oxygen_ros.bench.soak', 'gpu_check': 'oxygen_ros.bench.gpu_check',
+    'replay': 'oxygen_ros.replay.replay',
     'bag_player': 'oxygen_ros.bags.player', 'record_sim_bag': 'oxygen_ros.sim.record_bag',
     'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'closed_loop': 'oxygen_ros.sim.closed_loop.run',
     'norm_stats': 'oxygen_ros.stats.tool',

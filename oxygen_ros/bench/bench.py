@@ -181,7 +181,9 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
                 costs.tick(seen)
     finally:
         probe.detach()
-        for e in engines.values():
+        for m, e in engines.items():  # compiled stages, graphs, recompiles after warm-up, eager fallbacks
+            runs[m]["compile_state"] = {k: v for k, v in e.diagnostics().items() if "_" in k and k[:k.index("_")]
+                                        in ("compiled", "graphs", "recompiles", "fallback")}
             e.close()
         del engines
         gc.collect()

@@ -47,7 +47,7 @@ def summarize_mode(point: dict[str, Any], mode: str, run: dict[str, Any], base_b
     eager = point.get("compile", "none") == "none"
     split = pct if eager else (lambda key: None)  # noqa: E731
     return {
-        "warmup_s": run.get("warmup_s", 0.0),
+        "warmup_s": run.get("warmup_s", 0.0), "compile_state": run.get("compile_state", {}),
         "point": point["key"], "mode": mode, "frames": n,
         "frame_time_ms": 1e3 * total / n, "frame_time_median_ms": 1e3 * statistics.median(f["T"] for f in fr),
         "frame_time_p90_ms": 1e3 * _pct([f["T"] for f in fr], 90),
@@ -135,9 +135,25 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc.get("action_path"):
         lines += ["", "| cameras | action path ms (prefill + denoise, p50) | warm-up s |", "|---|---|---|"]
         lines += [f"| {x['cameras']} | {_f(x['ms'], 2)} | {_f(x['warmup_s'], 1)} |" for x in doc["action_path"]]
+    lines += compile_notes(doc["summary"])
     if doc.get("skipped"):
         lines += ["", f"Skipped (time budget): {', '.join(doc['skipped'])}"]
     return "\n".join(lines) + "\n"
+
+
+def compile_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines on compiled points: the stages each mode ran compiled, and every recompile after
+    warm-up or eager fallback (a compiled figure measured on eager code must say so)."""
+    lines = []
+    for r in rows:
+        st = r.get("compile_state") or {}
+        if not any(k.startswith("graphs_") for k in st):  # an eager point
+            continue
+        bad = [f"{k.split('_', 1)[1]} recompiled {v}x after warm-up" for k, v in st.items() if k.startswith("recompiles_")]
+        bad += [f"{k.split('_', 1)[1]} ran eager ({v})" for k, v in st.items() if k.startswith("fallback_")]
+        lines.append(f"- {r['point']} / {r['mode']}: compiled stages {st.get('compiled_stages', 'none')}"
+                     + ("; **" + "; ".join(bad) + "**" if bad else "; no recompile after warm-up"))
+    return ["", "Compiled stages:", *lines] if lines else []
 
 
 def missing_fields(doc: dict[str, Any]) -> list[str]:
@@ -153,4 +169,4 @@ def missing_fields(doc: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["MODES", "STAGES", "SUMMARY_KEYS", "TARGETS", "summarize_mode", "add_ratios", "check_targets",
-           "markdown", "missing_fields"]
+           "markdown", "missing_fields", "compile_notes"]

@@ -1,6 +1,7 @@
 """Input/output processing of the π0.5 policy: images, state/action normalisation, errors.
 
-Pure numpy + OpenCV (no torch, no ROS). Follows openpi: ``src/openpi/shared/image_tools.py``
+numpy, with PyTorch's bilinear resampling for images (no OpenCV, no ROS: the core runs on a bare
+PyTorch stack). Follows openpi: ``src/openpi/shared/image_tools.py``
 (``resize_with_pad``), ``src/openpi/transforms.py`` (quantile ``Normalize``/``Unnormalize``) and the
 π0.5 image slots of ``src/openpi/models/model.py``. The prompt tokenizer lives in
 :mod:`oxygen_ros.core.prompt` and is re-exported here (``PromptTokenizer``, ``PromptTooLongError``,
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import cv2
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from oxygen_ros.core.types import NormStats
 
@@ -56,15 +58,25 @@ def _check_size(size: Any) -> None:
         raise InvalidInputError(f"image size must be a positive int, got {size!r}")
 
 
+def _resize_bilinear(img: np.ndarray, h: int, w: int) -> np.ndarray:
+    """``[H, W, 3]`` uint8 or float32 → ``[h, w, 3]`` of the same dtype (bilinear, half-pixel
+    centres, no antialiasing; uint8 stays uint8 with rounding)."""
+    t = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None]
+    with torch.inference_mode():
+        out = F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False, antialias=False)
+    return out[0].permute(1, 2, 0).numpy()
+
+
 def resize_with_pad(image: np.ndarray, size: int, *, name: str = "image") -> np.ndarray:
     """Resize keeping the aspect ratio, pad to ``size``×``size`` with black, map to [-1, 1].
 
     Follows openpi ``image_tools.resize_with_pad``: ``ratio = max(W / size, H / size)``, resized
     dims ``int(dim / ratio)`` (at least 1), padding ``(size - resized) // 2`` on top/left and the rest
-    on bottom/right. Bilinear resampling (OpenCV ``INTER_LINEAR``; a uint8 image is resampled in
-    uint8 with rounding, as openpi does). Black padding becomes -1. Note: like LeRobot's torch path
-    (``F.interpolate`` bilinear) this does not antialias when downscaling, whereas openpi's PIL/JAX
-    resizers do; the difference is sub-pixel smoothing only.
+    on bottom/right. Bilinear resampling with half-pixel centres (``F.interpolate``, as LeRobot's
+    π0.5 does; within one intensity level of OpenCV's ``INTER_LINEAR``); a uint8 image is resampled
+    in uint8 with rounding, as openpi does. Black padding becomes -1. Note: like LeRobot this does
+    not antialias when downscaling, whereas openpi's PIL/JAX resizers do; the difference is
+    sub-pixel smoothing only.
 
     Args:
         image: ``[H, W, 3]`` RGB, uint8 in [0, 255] or float16/32/64 in [0, 1].
@@ -86,7 +98,7 @@ def resize_with_pad(image: np.ndarray, size: int, *, name: str = "image") -> np.
     ratio = max(w / size, h / size)
     rh, rw = max(1, min(size, int(h / ratio))), max(1, min(size, int(w / ratio)))
     if (rh, rw) != (h, w):
-        img = cv2.resize(np.ascontiguousarray(img), (rw, rh), interpolation=cv2.INTER_LINEAR)
+        img = _resize_bilinear(img, rh, rw)
     if img.dtype == np.uint8:
         content = img.astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)
     else:

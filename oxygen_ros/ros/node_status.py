@@ -2,8 +2,8 @@
 
 Level and message: ERROR when configure failed or inference raised recently; WARN while not
 active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
-WARN too while the engine is not ready (warm-up) or when a compiled stage fell back to eager.
-OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
+WARN too while the engine is not ready (warm-up), when a compiled stage fell back to eager (with
+the reason), or when a compiled stage recompiled after warm-up. OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
 command), tok/s, p50/p99 frame time, schedule and its metrics (chunk latency with / without
 language load, batcher busy fraction, tokens per frame), decode batch, requests running/queued, KV blocks in use /
 total, deadline misses and every drop counter; per language task the request accounting
@@ -19,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.ros.diagnostics import ERROR, OK, WARN, FrameStats, ProblemLog, build_status
 
-__all__ = ['NodeView', 'inference_status']
+__all__ = ['NodeView', 'compile_notes', 'inference_status']
 
 
 class NodeView(Protocol):
@@ -74,6 +74,17 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     return values
 
 
+def compile_notes(values: dict[str, object]) -> list[str]:
+    """WARN notes from the engine's compile diagnostics: each stage that fell back to eager (with
+    its reason) and the stages that compiled a graph after warm-up."""
+    notes = [f'compiled {k[len("fallback_"):]} stage fell back to eager ({values[k]})'
+             for k in sorted(values) if k.startswith('fallback_')]
+    recompiled = [f'{k[len("recompiles_"):]} x{values[k]}' for k in sorted(values) if k.startswith('recompiles_')]
+    if recompiled:
+        notes.append(f'recompiled after warm-up: {", ".join(recompiled)} (an input shape warm-up did not cover)')
+    return notes
+
+
 def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     """Build the status from the node's current state (``now``: monotonic seconds)."""
     name = f'{node.get_name()}: inference'
@@ -90,9 +101,9 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
         level = WARN
     if not values.get('ready', True):
         level, parts = WARN, parts + ['engine warming up (compiling shapes)']
-    fallbacks = sorted(k[len('fallback_'):] for k in values if k.startswith('fallback_'))
-    if fallbacks:
-        level, parts = WARN, parts + [f'compiled {", ".join(fallbacks)} fell back to eager (non-finite output)']
+    compile_parts = compile_notes(values)
+    if compile_parts:
+        level, parts = WARN, parts + compile_parts
     for plevel, kind, message, count in node.problems.recent(now):
         level = max(level, plevel)
         parts.append(f'{kind} x{count}: {message}')

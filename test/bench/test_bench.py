@@ -157,3 +157,20 @@ def test_compiled_points_leave_the_bookkeeping_split_and_efficiency_unmeasured()
            "duration_s": 1.0, "settings": {"preset": "x", "dtype": "float32", "horizon": 10},
            "summary": rows, "targets": list(targets.values())}
     assert "| – (–/–/–) |" in markdown(doc)
+
+
+def test_compiled_points_say_which_stages_ran_compiled_and_every_recompile_or_fallback():
+    """Under the table: each compiled (point, mode) lists its compiled stages, and a recompile after
+    warm-up or an eager fallback is spelled out — a compiled figure measured on eager code says so."""
+    from oxygen_ros.bench.report import compile_notes
+    ok = {"point": "p compile:default", "mode": "unified",
+          "compile_state": {"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 3}}
+    bad = {"point": "p compile:default", "mode": "isolated",
+           "compile_state": {"compiled_stages": "vision,prefill,denoise", "graphs_decode": 5, "recompiles_decode": 3,
+                             "fallback_decode": "5 graphs exceed the budget of 4"}}
+    eager = {"point": "p", "mode": "unified", "compile_state": {"compiled_stages": "none"}}
+    lines = compile_notes([ok, bad, eager])
+    assert lines[:2] == ["", "Compiled stages:"] and len(lines) == 4
+    assert lines[2].endswith("compiled stages vision,prefill,denoise,decode; no recompile after warm-up")
+    assert "decode recompiled 3x after warm-up" in lines[3] and "decode ran eager (5 graphs exceed" in lines[3]
+    assert compile_notes([eager]) == []

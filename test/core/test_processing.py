@@ -61,7 +61,28 @@ def test_float_and_uint8_agree():
     b = resize_with_pad(img.astype(np.float32) / 255, 56)
     np.testing.assert_allclose(a, b, atol=2 / 255 + 1e-6)
     f = resize_with_pad(red(40, 80, np.float64), 56)
-    assert (f[14:42, :, 0] == 1).all() and (f[:14] == -1).all()
+    assert np.allclose(f[14:42, :, 0], 1, atol=1e-6) and (f[:14] == -1).all()
+
+
+@pytest.mark.parametrize("hw", [(480, 640), (720, 1280), (90, 200), (300, 100), (40, 80), (100, 100)])
+def test_resize_matches_opencv_inter_linear(hw):
+    """The core resamples with ``F.interpolate`` (no OpenCV on the core path); OpenCV's
+    ``INTER_LINEAR`` — what it used before, and what LeRobot's and openpi's pipelines are close
+    to — gives the same pixels within one intensity level for uint8 (fixed-point rounding) and
+    within 3e-4 (of the [-1, 1] range) for float images."""
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(hw[0])
+    img = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
+    size = 224
+    ratio = max(hw[1] / size, hw[0] / size)
+    rh, rw = max(1, min(size, int(hw[0] / ratio))), max(1, min(size, int(hw[1] / ratio)))
+    top, left = (size - rh) // 2, (size - rw) // 2
+    for src, tol in ((img, 2 / 255 + 1e-6), (img.astype(np.float32) / 255, 3e-4)):
+        ref = cv2.resize(src, (rw, rh), interpolation=cv2.INTER_LINEAR).astype(np.float32)
+        ref = ref * (2 / 255) - 1 if src.dtype == np.uint8 else np.clip(ref, 0, 1) * 2 - 1
+        out = resize_with_pad(src, size)
+        np.testing.assert_allclose(out[top:top + rh, left:left + rw], ref, atol=tol)
+        assert (out[:top] == -1).all() and (out[top + rh:] == -1).all()
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -31,3 +31,15 @@ def test_engine_without_schedule_metrics_reports_zeros():
     st.record(0.0, FrameMetrics(frame_id=0, frame_time=0.05), True)
     s = st.summary(0.1, horizon=10)
     assert s["chunk_latency_language_ms"] == s["chunk_latency_no_language_ms"] == s["batcher_busy"] == 0.0
+
+
+def test_compile_notes_name_each_eager_fallback_with_its_reason_and_every_recompile():
+    """The node's status turns WARN with these notes: a compiled stage that runs eagerly says why,
+    and stages that compiled after warm-up say how often (never "compiled" while eager)."""
+    from oxygen_ros.ros.node_status import compile_notes
+    values = {"compiled_stages": "vision,prefill,denoise", "graphs_decode": 5, "recompiles_decode": 3,
+              "recompiles_prefill": 1, "fallback_decode": "5 graphs exceed the budget of 4 (...)"}
+    assert compile_notes(values) == [
+        "compiled decode stage fell back to eager (5 graphs exceed the budget of 4 (...))",
+        "recompiled after warm-up: decode x3, prefill x1 (an input shape warm-up did not cover)"]
+    assert compile_notes({"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 5}) == []

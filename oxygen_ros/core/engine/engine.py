@@ -265,6 +265,7 @@ class Engine:
             self.step()
         self.runner.warm_decode_buckets()
         self.streams.sync()
+        self.runner.seal()
         self.cancel_all()  # the warm-up's periodic requests: ended, then forgotten with their counts
         self.book.forget()
         self.frame_id = 0
@@ -274,14 +275,11 @@ class Engine:
 
     def diagnostics(self) -> dict[str, object]:
         """Readiness and compilation state for ``/diagnostics``: ``ready``, ``warmup_s``,
-        ``compile`` mode, the stages running compiled, and any eager fallback with its reason."""
-        out: dict[str, object] = {"ready": self.ready, "warmup_s": round(self.warmup_s, 3),
-                                  "compile": self.cfg.compile, "attention": "flex" if self.runner.flex else "gather"}
-        out["compiled_stages"] = ",".join(st.name for st in self.runner.stages if st.compiled) or "none"
-        for st in self.runner.stages:
-            if st.fallback_reason:
-                out[f"fallback_{st.name}"] = st.fallback_reason
-        return out
+        ``compile`` mode, the stages running compiled, and per compiled stage its graphs
+        (``graphs_<stage>``), its recompiles after warm-up (``recompiles_<stage>``, when any) and
+        any eager fallback with its reason (``fallback_<stage>``)."""
+        return {"ready": self.ready, "warmup_s": round(self.warmup_s, 3), "compile": self.cfg.compile,
+                "attention": "flex" if self.runner.flex else "gather", **self.runner.compile_state()}
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:

@@ -70,7 +70,32 @@ class Runner:
         """The hot-path stages (for diagnostics: compiled or not, fallback reasons)."""
         return [self.vision, self.prefill_stage, self.denoise_stage, self.decode_stage]
 
+    def compile_state(self) -> dict[str, object]:
+        """``compiled_stages`` (comma-separated, or ``none``), and per compiled stage
+        ``graphs_<stage>``, ``recompiles_<stage>`` (when any) and ``fallback_<stage>`` (the reason
+        it runs eagerly, when it does)."""
+        out: dict[str, object] = {"compiled_stages": ",".join(st.name for st in self.stages if st.compiled) or "none"}
+        for st in self.stages:
+            if st.mode != "none":
+                out[f"graphs_{st.name}"] = st.graphs
+            if st.recompiles:
+                out[f"recompiles_{st.name}"] = st.recompiles
+            if st.fallback_reason:
+                out[f"fallback_{st.name}"] = st.fallback_reason
+        return out
+
+    def seal(self) -> None:
+        """End of warm-up: every graph a stage compiles from now on is a counted recompile."""
+        for st in self.stages:
+            st.seal()
+
     # ------------------------------------------------------------------ prefix
+    def masked(self, bucket: int, length: int) -> bool:
+        """Whether prefill / denoise over a ``bucket``-long prefix with ``length`` valid tokens use
+        a key mask. Always with static shapes: a prompt that fills ``max_token_len`` (or was cut to
+        it) then runs the warmed graph, not a new one mid-run."""
+        return self.static or bucket > length
+
     def prefix_bucket(self, cameras: int, prompt_tokens: int) -> int:
         """Padded prefix length: ``cameras * N + max_token_len`` (exact length without static shapes)."""
         mc = self.policy.cfg
@@ -103,7 +128,8 @@ class Runner:
         slot_row = torch.full((1, bucket), self.pool.null_slot, dtype=torch.long)
         slot_row[0, :n] = torch.as_tensor(slots, dtype=torch.long)
         hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, to_device(tok, dev),
-                                    to_device(slot_row, dev), to_device(torch.tensor([n]), dev), bucket > n)
+                                    to_device(slot_row, dev), to_device(torch.tensor([n]), dev),
+                                    self.masked(bucket, n))
         hidden = hidden.clone()  # kept across frames: never a CUDA-graph output buffer
         self.streams.sync()
         t2 = time.perf_counter()
@@ -125,8 +151,10 @@ class Runner:
         read = torch.full((1, prefix.bucket), self.pool.null_slot, dtype=torch.long)
         read[0, : prefix.length] = prefix.slot_tensor
         conds, dt = self.time_conditions(num_steps)
-        lengths, padded = to_device(torch.tensor([prefix.length]), dev), prefix.bucket > prefix.length
+        lengths, padded = to_device(torch.tensor([prefix.length]), dev), self.masked(prefix.bucket, prefix.length)
         noise, read = to_device(noise.to(torch.float32), dev), to_device(read, dev)
+        if not noise.is_inference():  # like every later step's input: one denoise graph per shape,
+            noise = noise.clone()     # not one for the first step and one for the rest (dispatch keys)
         st = self.denoise_stage
         if self.denoise_loop:
             args = (self.pool.k, self.pool.v, self.pool.block_size, read, lengths, noise, conds, dt, padded)

@@ -49,8 +49,9 @@ class ConcurrentEngine(Engine):
         policy / cfg: as for :class:`Engine` (``cfg.batcher_policy`` picks ``frame`` or
             ``continuous``).
         intra_op_threads: on the CPU, torch intra-op threads of each loop (1: one core per loop
-            on a 2-core machine; 0: leave torch's setting). Applied to the calling thread at the
-            first step.
+            on a 2-core machine; 0: the creating thread's torch setting). Applied to the thread
+            that warms up or steps, and to the batcher thread: compiled graphs guard on the thread
+            count, so warm-up and both loops must run with the same one.
         prefix_wait_s: how long the action loop waits for the batcher to free blocks for a prefix
             before the frame fails with :class:`PoolExhausted` (contained: the chunk is dropped).
         max_pending: grants the batcher may lag behind before the action loop waits for it
@@ -67,14 +68,13 @@ class ConcurrentEngine(Engine):
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
         self.clock = StageClock(self.streams.cuda)
-        self.batcher = BatcherLoop(self, self.cfg.batcher_policy, intra_op_threads)
+        self.threads = intra_op_threads if intra_op_threads > 0 else torch.get_num_threads()
+        self.batcher = BatcherLoop(self, self.cfg.batcher_policy, self.threads)
         self.meter = ScheduleMeter()
-        self.threads = intra_op_threads
         self.prefix_wait_s = prefix_wait_s
         self.prefix_waits = 0
         self.max_pending = max_pending
         self.lag_waits = 0
-        self._threads_set = False
         self._serial = False  # warm-up runs the serial step (same stages and shapes, no thread)
         self._ready: object | None = None
         self._enc = None
@@ -93,9 +93,7 @@ class ConcurrentEngine(Engine):
         """
         if self._serial:
             return super().step(on_action)
-        if not self._threads_set and not self.streams.cuda and self.threads > 0:
-            torch.set_num_threads(self.threads)
-        self._threads_set = True
+        self._pin_threads()
         self.batcher.start()
         t0 = time.perf_counter()
         self.pool.blocks.reclaim(self.streams.is_done)
@@ -230,6 +228,7 @@ class ConcurrentEngine(Engine):
         and shapes get compiled, and the persistent step buffers are never used by two threads.
         With a compiled CUDA engine the decode buckets are warmed once more in the batcher thread
         (CUDA graph trees are per thread). Returns the warm-up time in seconds."""
+        self._pin_threads()
         with self.batcher.paused():
             self._serial = self.streams.host_sync = True
             try:
@@ -241,8 +240,14 @@ class ConcurrentEngine(Engine):
             t0 = time.perf_counter()
             self.batcher.start()
             self.batcher.call(self._warm_decode_here)
+            self.runner.seal()
             self.warmup_s += time.perf_counter() - t0
         return self.warmup_s
+
+    def _pin_threads(self) -> None:
+        """CPU: the calling thread runs with the loops' intra-op thread count."""
+        if not self.streams.cuda and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
 
     def _warm_decode_here(self) -> None:
         with torch.inference_mode(), self.streams.decode(after=None):

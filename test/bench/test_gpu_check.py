@@ -1,0 +1,88 @@
+"""``gpu_check``: the dry run of every stage on the CPU, on a bare PyTorch stack, and a stage that
+fails or times out never stops the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oxygen_ros.bench import gpu_check
+from oxygen_ros.bench.gpu_check.report import PARSERS, markdown
+
+REPO = Path(__file__).resolve().parents[2]
+BARE = ("cv2", "psutil", "matplotlib")  # installed here, absent on the GPU machine's stack
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m oxygen_ros.bench.gpu_check`` in a process (and its stages' processes) where
+    OpenCV, psutil and matplotlib look not installed (a ``sitecustomize`` on PYTHONPATH)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import sys\nfor n in {BARE!r}:\n    sys.modules[n] = None\n")
+    out = tmp_path / "gc"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-m", "oxygen_ros.bench.gpu_check", "--out", str(out), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=900)
+    return proc, out
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_every_stage_on_a_bare_stack(tmp_path):
+    """Every stage passes on the CPU with pi05-tiny; one summary line per stage on stdout, its log
+    and the summary written; the Markdown table holds every stage and the bench / schedule
+    figures."""
+    proc, out = _run(tmp_path, "--dry-run")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["dry_run"] is True
+    assert [(s["stage"], s["status"]) for s in doc["stages"]] == [(n, "passed") for n in gpu_check.STAGES]
+    for name in gpu_check.STAGES:
+        assert (out / f"{name}.log").stat().st_size > 0
+        assert sum(line.startswith(f"[{name}] passed in ") for line in proc.stdout.splitlines()) == 1
+    figs = {k: v for s in doc["stages"] for k, v in s["figures"].items()}
+    assert figs["smoke_ok"] == figs["smoke_runs"] == 4
+    assert figs["failed"] == 0 and figs["passed"] + figs["skipped"] >= 1
+    for key in ("speedup_k1", "speedup_k5", "action_hz_k1", "tok_s_k1", "action_path_1cam_ms",
+                "action_path_3cam_ms", "peak_mem_mb", "concurrent_chunk_ratio"):
+        assert figs[key] > 0, key
+    md = (out / "summary.md").read_text()
+    assert md.startswith("### gpu_check --dry-run (CPU, pi05-tiny)")
+    assert all(f"| {n} | passed |" in md for n in gpu_check.STAGES)
+    assert "| action path, 3 cameras (ms, p50) |" in md and "GPU target; n/a on the CPU" in md
+
+
+@pytest.mark.slow
+def test_a_stage_that_times_out_is_recorded_and_the_next_still_runs(tmp_path):
+    proc, out = _run(tmp_path, "--dry-run", "--stages", "env", "schedules", "--timeout", "env=0.5")
+    assert proc.returncode == 1
+    doc = json.loads((out / "summary.json").read_text())
+    env, sched = doc["stages"]
+    assert env["status"] == "timeout" and "no results" in env["summary"]
+    assert sched["status"] == "passed" and sched["figures"]["concurrent_chunk_ratio"] > 0
+    assert "| env | timeout |" in (out / "summary.md").read_text()
+
+
+def test_a_stage_without_results_is_an_error_with_the_reason(tmp_path):
+    """A stage that exits 0 but leaves no result file is not "passed"."""
+    res = gpu_check.run_stage("bench", [sys.executable, "-c", "print('hello')"], 30, tmp_path, PARSERS["bench"],
+                              tmp_path)
+    assert res["status"] == "error" and "FileNotFoundError" in res["summary"] and "hello" in res["log_tail"]
+    res = gpu_check.run_stage("tests", [sys.executable, "-c", "raise SystemExit(3)"], 30, tmp_path,
+                              PARSERS["tests"], tmp_path)
+    assert res["status"] == "failed" and res["returncode"] == 3
+    assert "| bench | error |" in markdown([res | {"stage": "bench", "status": "error"}], False, 1.0)
+
+
+def test_bad_timeout_flags_are_rejected():
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--timeout", "gpu=10"])
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--timeout", "bench=soon"])
+    a = gpu_check.parse_args(["--timeout", "bench=100"])
+    assert a.timeouts["bench"] == 100 and a.timeouts["env"] == gpu_check.TIMEOUTS["env"]
+    assert sum(gpu_check.TIMEOUTS.values()) <= 8 * 60  # the whole check fits in 8 minutes
