@@ -15,7 +15,7 @@ from __future__ import annotations
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-GROUPS = ('node', 'cameras', 'engine', 'action_space', 'tasks')
+GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'tasks')
 
 
 def _rows(group: str) -> list[tuple[str, str, str, str]]:

@@ -11,6 +11,7 @@ every frame) so that load drift on a shared machine hits all three alike. Writes
     bench --gpu            # full pi05, random weights, bf16, one CUDA GPU, compiled, <= 8 min
     bench                  # the paper sweep (see ``bench_workload.paper_sweep``); long on a CPU
     bench schedules --quick   # serial vs concurrent schedule, with / without language (issue 13)
+    bench rtc              # real-time chunking's cost: denoise and chunk latency, RTC on ÷ off
 """
 
 from __future__ import annotations
@@ -253,11 +254,15 @@ def _host_floor(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA).
-    ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`)."""
+    ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`),
+    ``bench rtc …`` the cost of real-time chunking (:mod:`.rtc`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["schedules"]:
         from .schedule import main as schedules
         return schedules(args[1:])
+    if args[:1] == ["rtc"]:
+        from .rtc import main as rtc_bench
+        return rtc_bench(args[1:])
     a = parse_args(argv)
     why = _no_cuda(a)
     if why:

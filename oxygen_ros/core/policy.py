@@ -15,11 +15,14 @@ import numpy as np
 import torch
 
 from .config import ModelConfig, get_preset
+from .model.flow import euler_times
 from .model.kv import DenseKVCache
 from .model.pi05 import Pi05Model
 from .model.sampling import SamplingParams, sample_rows
 from .processing import Normalizer, prepare_images
 from .prompt import PromptTokenizer
+from .rtc.config import RTCConfig
+from .rtc.guidance import RTCGuide, integrate_guided, make_guide
 from .types import NormStats, Observation
 
 
@@ -150,31 +153,60 @@ class Pi05Policy:
 
     # ------------------------------------------------------------------ actions
     @torch.inference_mode()
-    def sample_actions_normalized(self, cache: DenseKVCache, noise: torch.Tensor,
-                                  num_steps: int | None = None) -> torch.Tensor:
-        """Flow sampling over a prefilled cache → ``[1, H, action_dim]`` float32 normalised actions."""
+    def sample_actions_normalized(self, cache: DenseKVCache, noise: torch.Tensor, num_steps: int | None = None,
+                                  guide: RTCGuide | None = None) -> torch.Tensor:
+        """Flow sampling over a prefilled cache → ``[1, H, action_dim]`` float32 normalised actions;
+        with ``guide``, real-time chunking (:mod:`.rtc.guidance`, LeRobot ``euler_integrate`` with
+        its ``RTCProcessor``)."""
         view = cache.denoise_view(self.cfg.action_horizon)
-        return self.model.sample_actions(view, noise.to(self.model.device), num_steps or self.cfg.num_denoise_steps)
+        steps = num_steps or self.cfg.num_denoise_steps
+        noise = noise.to(self.model.device)
+        if guide is None:
+            return self.model.sample_actions(view, noise, steps)
+        guide = guide.to(self.model.device)
+        times, dt = euler_times(steps, self.model.device)
+        view = view.for_grad() if guide.vjp else view
+        return integrate_guided(lambda x, i: self.model.denoise_step(view, x, times[i].expand(x.shape[0])),
+                                noise, dt, guide)
 
     def sample_actions(self, observation: Observation, noise: torch.Tensor | None = None,
-                       num_steps: int | None = None) -> np.ndarray:
-        """Action chunk for one observation.
+                       num_steps: int | None = None, *, prev_chunk_left_over: np.ndarray | None = None,
+                       inference_delay: int | None = None, rtc: RTCConfig | None = None,
+                       normalized: bool = False) -> np.ndarray:
+        """Action chunk for one observation (LeRobot ``predict_action_chunk``).
 
         Args:
             noise: ``[1, H, action_dim]`` (default: standard normal from the global RNG).
+            prev_chunk_left_over: with ``rtc.enabled``, the previous chunk's rows not yet executed at
+                this observation, ``[T_left <= H, A]`` in normalised model space (what this method
+                returns with ``normalized=True``; row ``j`` is the target of new row ``j``).
+            inference_delay: rows of it executed while this chunk is computed (default:
+                ``rtc.inference_delay``).
+            rtc: real-time chunking settings; None or disabled → the plain chunk.
+            normalized: return normalised model-space actions ``[H, robot_action_dim]`` instead.
 
         Returns:
             ``[H, robot_action_dim]`` float32 actions in robot units, all finite.
 
         Raises:
-            InvalidInputError: bad observation; NonFiniteActionError: the model produced NaN/inf.
+            InvalidInputError: bad observation; NonFiniteActionError: the model produced NaN/inf;
+            ValueError: a leftover of a wrong shape or not finite.
         """
         enc = self.encode_observation(observation)
         cache, _ = self.prefill(enc)
         if noise is None:
             noise = torch.randn(1, self.cfg.action_horizon, self.cfg.action_dim)
-        x = self.sample_actions_normalized(cache, noise, num_steps)
-        return self.normalizer.unnormalize_actions(x[0].float().cpu().numpy())
+        steps = num_steps or self.cfg.num_denoise_steps
+        guide = None
+        if rtc is not None and rtc.validate().enabled and prev_chunk_left_over is not None:
+            delay = rtc.inference_delay if inference_delay is None else int(inference_delay)
+            guide = make_guide(prev_chunk_left_over, delay, schedule=rtc.schedule, horizon=rtc.execution_horizon,
+                               max_weight=rtc.max_guidance_weight, times=euler_times(steps)[0],
+                               length=self.cfg.action_horizon, action_dim=self.cfg.action_dim,
+                               vjp=rtc.guidance == "vjp")
+        x = self.sample_actions_normalized(cache, noise, steps, guide)[0].float().cpu().numpy()
+        out = self.normalizer.unnormalize_actions(x)  # the finiteness check
+        return x[:, : self.normalizer.action_dim].astype(np.float32) if normalized else out
 
     # ------------------------------------------------------------------ text
     @torch.inference_mode()

@@ -266,5 +266,26 @@ class Normalizer:
         return y
 
 
+    def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Robot actions → normalised model space, the inverse of :meth:`unnormalize_actions`:
+        ``(a - q01) / (q99 - q01 + 1e-6) * 2 - 1``; zero-width dimensions map to -1.
+
+        Args:
+            actions: ``[H, action_dim]`` finite actions in robot units (before any action-space
+                conversion: what :meth:`unnormalize_actions` returns).
+
+        Returns:
+            ``[H, action_dim]`` float32.
+
+        Raises:
+            ValueError: wrong shape or a non-finite value.
+        """
+        a = np.asarray(actions, dtype=np.float64)
+        if a.ndim != 2 or a.shape[1] != self.action_dim or not np.isfinite(a).all():
+            raise ValueError(f"actions must be finite [H, {self.action_dim}], got {list(a.shape)}")
+        y = (a - self._a_q01) / (self._a_width + QUANTILE_EPS) * 2.0 - 1.0
+        return np.where(self._a_zero, -1.0, y).astype(np.float32)
+
+
 __all__ = ["InvalidInputError", "NonFiniteActionError", "QUANTILE_EPS", "resize_with_pad", "prepare_images",
            "Normalizer"]

@@ -6,6 +6,11 @@ would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.conve
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
 settings, :class:`~oxygen_ros.core.robot_io.RobotFrames` applies the action space, the engine runs
 the frame, ``command_messages`` and ``Utterances`` build the published messages. Bad input is counted in ``stats.drops``, never raised.
+
+Chunk switches (:class:`~oxygen_ros.ros.streams.switches.ChunkSwitches`, on the published values:
+robot command units): a chunk becomes available its latency after its observation stamp (wall
+seconds from the observation's arrival to the chunk, times ``rate``: the playback rate with
+recorded timing) and takes over from the previous one at its first point due at or after then.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 
-from oxygen_ros.ros.convert import JointStateError, command_messages, joint_state_to_vector
+from oxygen_ros.ros.convert import JointStateError, command_messages, joint_state_to_vector, primary_values
 from oxygen_ros.ros.convert import StampBook
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.action_space import ActionSpace
@@ -31,6 +36,7 @@ from oxygen_ros.ros.inputs import decode_image
 from oxygen_ros.ros.node_params import NodeConfig
 from oxygen_ros.ros.model_setup import assembler_config
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
+from oxygen_ros.ros.streams.switches import ChunkSwitches
 from oxygen_ros.ros.streams.text import Utterances
 from oxygen_ros.bags.reader import msg_class
 from oxygen_ros.bags.writer import BagOutput
@@ -54,6 +60,7 @@ class NodeSim:
         start_ns: bag start (log time) — the zero of the bag clock.
         writer: output bag (None: nothing written); console: terminal output.
         reference_topic: a JointState topic recorded for the trajectory plot (e.g. commands).
+        rate: bag seconds per wall second of a chunk's latency (the playback rate; 1 = fast timing).
         stats: where frames, requests and drops are recorded.
         now: wall clock (seconds).
     """
@@ -61,7 +68,7 @@ class NodeSim:
     def __init__(self, cfg: NodeConfig, topics: TopicMap, engine: Engine, types: dict[str, str],
                  start_ns: int, writer: BagOutput | None, console: Console, stats: ReplayStats,
                  reference_topic: str | None = None,
-                 now: Callable[[], float] = time.perf_counter) -> None:
+                 now: Callable[[], float] = time.perf_counter, rate: float = 1.0) -> None:
         self.cfg, self.topics, self.engine, self.writer = cfg, topics, engine, writer
         self.console, self.stats, self.start_ns, self.now = console, stats, start_ns, now
         self.reference_topic = reference_topic
@@ -71,6 +78,7 @@ class NodeSim:
         self.utterances = Utterances([t.name for t in engine.cfg.tasks], cfg.text_header)
         self._state_names = cfg.state_joint_names or cfg.joint_names
         self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
+        engine.handover.relative_to_state(self.frames.space.delta, self.frames.space.anchor)  # RTC, delta spaces
         self.position_topic = resolve_topic(cfg.position_action_topic)
         self.t0 = now()
         self.bag_now_ns = start_ns  # bag clock: log time of the newest fed message
@@ -85,6 +93,8 @@ class NodeSim:
         self._n_asks = 0
         self._obs_frames = 0
         self.warmup = 1
+        self.rate = rate
+        self.switches = ChunkSwitches(cfg.control_period_s)
 
     # ------------------------------------------------------------------ inputs
     def bag_time(self, log_ns: int | None = None) -> float:
@@ -210,6 +220,11 @@ class NodeSim:
                 self.stats.drops['action chunks refused'] += 1
                 self.console.line(f'frame {chunk.frame_id}: action chunk refused: {exc}')
                 return
+            _, values, kind = primary_values(cmd)  # what the action topic carries
+            arrival = self.available.get(chunk.stamp)  # unknown: from its first point on
+            latency = 0.0 if arrival is None else max(0.0, (acted[-1] - arrival) * self.rate)
+            self.switches.add(chunk.stamp, values, chunk.stamp + latency)
+            self.stats.meta['command_kind'] = kind
             # the report plots joint positions: keep the robot command when it is one per joint
             full = cmd.position_joints == tuple(self.cfg.joint_names)
             self.chunks.append(ActionChunk(cmd.positions, chunk.stamp, chunk.frame_id) if full else chunk)
@@ -262,7 +277,9 @@ class NodeSim:
             self.console.emit(t, task, emits)
 
     def counts(self) -> None:
-        """Copy the assembler's counters into ``stats.drops``."""
+        """Copy the assembler's counters into ``stats.drops``, the chunk switches into
+        ``stats.switches``."""
+        self.stats.switches = self.switches.summary()
         c = self.asm.counts()
         self.stats.drops['image decode errors'] += c['image_decode_errors']
         self.stats.drops['observations dropped by the engine'] += self.engine.dropped_observations

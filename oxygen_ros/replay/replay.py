@@ -148,7 +148,7 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
         check_policy(cfg, policy)
     _prepare_out(opts.out, opts.overwrite)
     torch.manual_seed(cfg.engine.seed)  # periodic requests sample from the global RNG
-    engine = make_engine(policy, cfg.engine)
+    engine = make_engine(policy, cfg.engine, rtc=cfg.rtc)
     ref = opts.reference_topic if opts.reference_topic in bag.topics and \
         bag.topics[opts.reference_topic].msgtype == 'sensor_msgs/msg/JointState' else None
     read = [t for t in dict.fromkeys([*topics.inputs, *([ref] if ref else [])]) if t in bag.topics]
@@ -178,7 +178,8 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
     console = Console(bag.count(read), [t.name for t in cfg.engine.tasks], opts.progress,
                       opts.show_text)
     sim = NodeSim(cfg, topics, engine, {t: bag.topics[t].msgtype for t in read}, bag.start_ns,
-                  writer, console, stats, reference_topic=ref)
+                  writer, console, stats, reference_topic=ref,
+                  rate=opts.rate if opts.timing == 'recorded' else 1.0)
     sim.warmup = opts.warmup
     for w in warnings:
         console.line(f'warning: {w}')

@@ -9,7 +9,13 @@
 - deadline: ``engine.frame_deadline_s`` if set, else the input frame period (median interval of
   the camera that triggers frames); a chunk also "runs dry" when its latency exceeds the chunk's
   horizon H x control_period_s (the robot would have no action left to execute);
-- warm-up frames (the first ``warmup`` frames with an observation) are excluded from timings.
+- warm-up frames (the first ``warmup`` frames with an observation) are excluded from timings;
+- switch discontinuity (:mod:`oxygen_ros.ros.streams.switches`): for each chunk taking over from the
+  previous one, the largest absolute difference over joints between the two chunks' targets
+  (linear interpolation between points) at the new chunk's first executed point — its first point
+  due at or after the chunk became available (observation stamp + chunk latency) — in robot command
+  units (what goes on the wire); a switch from a chunk that had already run out is counted as
+  ``switches_after_hold``, not measured. Fewer than 2 executed chunks: no switch, no figure (null).
 
 Drops are counted, never hidden: everything a node would have refused or lost is listed.
 """
@@ -92,6 +98,7 @@ class ReplayStats:
     bag_error: str | None = None
     wall_total: float = 0.0
     outputs: dict[str, int] = field(default_factory=dict)
+    switches: dict[str, Any] = field(default_factory=dict)
 
     def save_json(self, path: str | Path) -> None:
         """Write the summary and every frame/request record as JSON."""
@@ -176,6 +183,13 @@ def summarize(s: ReplayStats) -> dict[str, Any]:
         'frames_missed_in_gaps': _missed(s),
         'lost_messages': s.lost, 'bag_error': s.bag_error, 'warnings': s.warnings,
         'wall_total_s': s.wall_total, 'outputs': s.outputs,
+        'chunk_switches': s.switches.get('switches', 0),
+        'switch_jump_median': s.switches.get('switch_jump_median'),
+        'switch_jump_max': s.switches.get('switch_jump_max'),
+        'switch_jump_last': s.switches.get('switch_jump_last'),
+        'switches_after_hold': s.switches.get('switches_after_hold', 0),
+        'chunks_never_executed': s.switches.get('chunks_never_executed', 0),
+        'command_kind': m.get('command_kind'),
     }
 
 
@@ -190,6 +204,18 @@ def _missed(s: ReplayStats) -> int:
 
 def _s(v: float | None, unit: str = 's', scale: float = 1.0, nd: int = 3) -> str:
     return 'n/a' if v is None else f'{v * scale:.{nd}f} {unit}'
+
+
+def _switch_line(r: dict[str, Any]) -> str:
+    n, hold, never = r['chunk_switches'], r['switches_after_hold'], r['chunks_never_executed']
+    tail = f'{hold} after a hold (not measured)' + (f', {never} chunks never executed' if never else '')
+    if not n:
+        return ('no chunk switches (fewer than 2 executed chunks)' if not hold else
+                'no measured chunk switches') + f'; {tail}'
+    kind = f"{r['command_kind']} " if r.get('command_kind') else ''
+    return (f"{n} measured, switch discontinuity median {r['switch_jump_median']:.4f}, max "
+            f"{r['switch_jump_max']:.4f} (largest joint difference at the new chunk's first "
+            f"executed point, {kind}command units); {tail}")
 
 
 def format_report(s: ReplayStats) -> str:
@@ -226,6 +252,7 @@ def format_report(s: ReplayStats) -> str:
     dry = '' if not r['chunk_span_s'] else f"; {r['chunk_dry']} chunks later than their " \
         f"{r['chunk_span_s']:.2f} s horizon"
     add(f'  deadline misses {dl} ({src}){dry}')
+    add(f'  chunk switches  {_switch_line(r)}')
     drops = ', '.join(f'{k} {v}' for k, v in r['drops'].items()) or 'none'
     add(f'  drops           {drops}')
     if r['waiting']:

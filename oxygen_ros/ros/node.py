@@ -112,7 +112,9 @@ class OxygenNode(LifecycleNode):
         frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        self.engine = make_engine(self.policy, cfg.engine)
+        self.engine = make_engine(self.policy, cfg.engine, rtc=cfg.rtc)
+        self.engine.handover.relative_to_state(frames.space.delta, frames.space.anchor)  # delta spaces
+        self.engine.handover.clock = lambda: self.get_clock().now().nanoseconds * 1e-9  # RTC latency: stamp → chunk
         self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
         acfg = assembler_config(cfg, slots)
@@ -145,6 +147,7 @@ class OxygenNode(LifecycleNode):
             ended = self.worker.end_requests('node deactivated')
             if ended:
                 self.get_logger().info(f'deactivated: {ended} language requests ended (cancelled)')
+            self.engine.reset_chunks('reset')  # the next chunk after activation follows nothing
         self.lifecycle_state = 'inactive'
         return super().on_deactivate(state)
 

@@ -20,7 +20,9 @@ from rclpy.parameter import Parameter
 from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpaceConfig
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.streams.text import HEADERS
-from oxygen_ros.ros.params import ParamError, ParamSpec, collect_values, declare, engine_specs, task_specs
+from oxygen_ros.core.rtc.config import RTCConfig
+from oxygen_ros.ros.params import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
+                                   task_specs)
 from oxygen_ros.ros.qos import QOS_NAMES
 
 __all__ = ['CAMERA_TYPES', 'COMMAND_TYPES', 'NodeConfig', 'ParamsFileError', 'TaskTopics', 'declare_node_params',
@@ -107,7 +109,7 @@ def node_specs() -> list[ParamSpec]:
                                '(empty = slot unused, always masked).'))
         specs.append(ParamSpec(f'cameras.{slot}.type', _S, 'raw', 'sensor_msgs/Image (raw) or '
                                'CompressedImage (compressed).', choices=CAMERA_TYPES))
-    return specs + engine_specs()
+    return specs + engine_specs() + rtc_specs()
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class NodeConfig:
     action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
     cameras: dict[str, tuple[str, str]] = field(default_factory=dict)  # slot -> (topic, type)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    rtc: RTCConfig = field(default_factory=RTCConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
 
 
@@ -267,14 +270,16 @@ def read_node_config(node: Node) -> NodeConfig:
         tasks.append(TaskConfig(name=name, **{k: values[p + k] for k in (
             'template', 'max_new_tokens', 'temperature', 'top_k', 'every_n_frames', 'own_prefix')}))
     eng = {k[len('engine.'):]: v for k, v in values.items() if k.startswith('engine.')}
+    rtc = {k[len('rtc.'):]: v for k, v in values.items() if k.startswith('rtc.')}
     try:
         engine = EngineConfig(**eng, tasks=tuple(tasks)).validate()
+        rtc = RTCConfig(**rtc, control_period_s=values['control_period_s']).validate()
     except ConfigError as e:
         raise ParamError([str(e)]) from e
     plain = {k: v for k, v in values.items() if '.' not in k and k not in ('task_names', 'autostart')}
     plain['joint_names'] = tuple(plain['joint_names'])
     return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
-                      cameras=cameras, engine=engine, task_topics=topics)
+                      cameras=cameras, engine=engine, task_topics=topics, rtc=rtc)
 
 
 class ParamsFileError(ValueError):

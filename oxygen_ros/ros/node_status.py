@@ -101,7 +101,7 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
         level = WARN
     if not values.get('ready', True):
         level, parts = WARN, parts + ['engine warming up (compiling shapes)']
-    compile_parts = compile_notes(values)
+    compile_parts = compile_notes(values) + ([str(values['rtc_note'])] if 'rtc_note' in values else [])
     if compile_parts:
         level, parts = WARN, parts + compile_parts
     for plevel, kind, message, count in node.problems.recent(now):

@@ -33,6 +33,8 @@ from rclpy.parameter import Parameter
 from oxygen_ros.core.config import (ATTENTIONS, BATCHER_POLICIES, BUDGETS, COMPILE_MODES, DEFAULT_TASKS, MODES,
                                     SCHEDULES, EngineConfig,
                                     TaskConfig)
+from oxygen_ros.core.rtc.config import DELAY_MODES, GUIDANCE_MODES, RTCConfig
+from oxygen_ros.core.rtc.config import SCHEDULES as RTC_SCHEDULES
 
 __all__ = ['ParamError', 'ParamSpec', 'collect_values', 'declare', 'engine_specs', 'read_values',
            'task_specs']
@@ -172,6 +174,16 @@ def engine_specs() -> list[ParamSpec]:
     docs.setdefault('max_decode_steps', 'Most decode steps per frame in adaptive mode.')
     return _field_specs(EngineConfig, 'engine.', EngineConfig(), _ENGINE_RANGES, _ENGINE_CHOICES,
                         docs, skip=('tasks',))
+
+
+def rtc_specs() -> list[ParamSpec]:
+    """``rtc.<field>`` for every :class:`~oxygen_ros.core.rtc.config.RTCConfig` field but
+    ``control_period_s`` (the node's own ``control_period_s`` fills it)."""
+    ranges = {'execution_horizon': (1, 10000), 'max_guidance_weight': (0.0, 1e6), 'inference_delay': (0, 10000),
+              'delay_percentile': (1.0, 100.0), 'delay_window': (1, 1 << 20)}
+    choices = {'schedule': RTC_SCHEDULES, 'guidance': GUIDANCE_MODES, 'inference_delay_mode': DELAY_MODES}
+    return _field_specs(RTCConfig, 'rtc.', RTCConfig(), ranges, choices, attribute_docs(RTCConfig),
+                        skip=('control_period_s',))
 
 
 def default_task(name: str) -> TaskConfig:

@@ -25,6 +25,10 @@ Rules (all times in seconds on the simulation clock, the clock that stamped the 
 - Optional speed limit: the applied command moves at most ``max_speed * step_s`` per step and
   joint from the previous applied command (radians, or gripper units, per second), so neither a
   resumed policy nor a wild chunk makes the robot jump. The applied command is always finite.
+- Chunk switches (the step where a newer chunk takes over) are measured: the *switch
+  discontinuity* is the largest absolute difference over joints between the previous and the new
+  chunk's targets (linear interpolation between points) at that step; a switch from a chunk that
+  had run out is a ``switches_after_hold`` (see :mod:`oxygen_ros.sim.exec_stats`).
 
 A per-step command stream (``sensor_msgs/JointState``-like: names, stamp, positions) is the
 alternative source (``source='stream'``): the newest command is applied while it is younger than
@@ -36,16 +40,16 @@ may run concurrently; one lock guards the state.
 
 from __future__ import annotations
 
-import collections
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from oxygen_ros.sim.commands import (SOURCES, Command, ExecState, Verdict, check_chunk, check_command,
                                      check_settings, percentile)
+from oxygen_ros.sim.exec_stats import ExecStats
 
 __all__ = ['SOURCES', 'ChunkExecutor', 'Command', 'ExecState', 'Verdict', 'percentile']
 
@@ -56,13 +60,6 @@ class _Chunk:
     due: np.ndarray  # [H] absolute due times, strictly increasing
     positions: np.ndarray  # [H, n] in executor joint order
     started: bool = False
-
-
-@dataclass
-class _Stats:
-    counts: collections.Counter = field(default_factory=collections.Counter)
-    ages: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2000))
-    latencies: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
 
 
 class ChunkExecutor:
@@ -100,7 +97,7 @@ class ChunkExecutor:
         self.max_pending = int(max_pending)
         self._index = {n: i for i, n in enumerate(names)}
         self._lock = threading.Lock()
-        self._stats = _Stats()
+        self._stats = ExecStats()
         self._reset_locked(self._check_pose(initial), -math.inf)
 
     # ------------------------------------------------------------------ helpers
@@ -120,6 +117,7 @@ class ChunkExecutor:
         self._state = ExecState.WAITING
         self._hold_since: float | None = None
         self._now = now
+        self._stats.forget()
 
     def _order(self, names: Sequence[str]) -> np.ndarray | None:
         """Column index in the offered data of each executor joint, or None if names are bad."""
@@ -251,6 +249,7 @@ class ChunkExecutor:
             self._stats.counts['late_points'] += index
         if chunk.due[-1] < now - half:  # ran out: nothing covers this step
             return None, None, -1
+        self._stats.use(chunk, now, half)  # a switch when the chunk differs from the last step's
         return chunk.positions[index], now - chunk.stamp, index
 
     def step(self, now: float) -> Command:
@@ -313,8 +312,8 @@ class ChunkExecutor:
     def counts(self) -> dict[str, int]:
         """Counters: steps, executed_steps, wait_steps (before the first chunk), hold_steps (gaps
         after it), limited_steps, chunks_received, chunks_executed, commands_received,
-        late_points, same_stamp, losses, resumes, resets and one per :class:`Verdict` value that
-        occurred."""
+        late_points, same_stamp, losses, resumes, resets, switches (measured chunk switches),
+        switches_after_hold and one per :class:`Verdict` value that occurred."""
         with self._lock:
             return dict(self._stats.counts)
 
@@ -322,11 +321,11 @@ class ChunkExecutor:
         """Chunk age when executed (``now - stamp`` of each executed step) and arrival latency
         (``now - stamp`` at arrival), p50/p95/max in milliseconds (NaN when none yet)."""
         with self._lock:
-            ages, lat = list(self._stats.ages), list(self._stats.latencies)
-        return {
-            'chunk_age_p50_ms': percentile(ages, 50) * 1e3,
-            'chunk_age_p95_ms': percentile(ages, 95) * 1e3,
-            'chunk_age_max_ms': (max(ages) * 1e3) if ages else math.nan,
-            'arrival_latency_p50_ms': percentile(lat, 50) * 1e3,
-            'arrival_latency_max_ms': (max(lat) * 1e3) if lat else math.nan,
-        }
+            return self._stats.age_stats()
+
+    def switch_stats(self, jumps: bool = False) -> dict:
+        """Chunk switches (module doc): ``switches`` (measured), ``switches_after_hold``,
+        ``switch_jump_last`` / ``switch_jump_median`` (last 2000) / ``switch_jump_max`` in joint
+        units (None before the first measured switch); ``jumps``: also the list ``switch_jumps``."""
+        with self._lock:
+            return self._stats.switch_stats(jumps)

@@ -21,10 +21,14 @@ _COUNTERS = ('steps', 'executed_steps', 'wait_steps', 'hold_steps', 'limited_ste
 
 def sim_summary(executor: ChunkExecutor, pacer: Pacer, rates: Rates, renderer: Renderer | None,
                 resets: int, target_rtf: float) -> dict[str, Any]:
-    """Status values: executor state, sim time (s), rates, counters and chunk ages (s).
+    """Status values: executor state, sim time (s), rates, counters, chunk ages (ms) and chunk
+    switches.
 
     Non-finite ages (no chunk yet) become ``None``; every verdict but ACCEPTED / WRONG_SOURCE is a
-    counter of its own.
+    counter of its own. Chunk switches (:meth:`ChunkExecutor.switch_stats`): ``switches``
+    (measured), ``switches_after_hold``, ``switch_jump_last`` / ``switch_jump_median`` /
+    ``switch_jump_max`` (the largest absolute joint difference between the previous and the new
+    chunk's targets at the switch, joint units; ``None`` before the first measured switch).
     """
     values: dict[str, Any] = {'state': executor.state.value, 'sim_time': round(pacer.elapsed, 3),
                               'target_real_time_factor': target_rtf}
@@ -34,6 +38,8 @@ def sim_summary(executor: ChunkExecutor, pacer: Pacer, rates: Rates, renderer: R
     counts = executor.counts()
     for key in _COUNTERS:
         values[key] = counts.get(key, 0)
+    values.update({k: (round(v, 6) if isinstance(v, float) else v)
+                   for k, v in executor.switch_stats().items()})
     for v in Verdict:
         if v not in (Verdict.ACCEPTED, Verdict.WRONG_SOURCE):
             values[v.value] = counts.get(v.value, 0)

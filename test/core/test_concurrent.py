@@ -16,6 +16,7 @@ from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.loops.concurrent import ConcurrentEngine
 from oxygen_ros.core.loops.schedules import SerialEngine, make_engine
 from oxygen_ros.core.policy import Pi05Policy
+from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.core.types import Observation
 
 TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=12),
@@ -78,10 +79,10 @@ def make_plan(seed: int, frames: int, cancels: bool = True):
     return plan
 
 
-def run(policy, schedule: str, plan, check_each: bool, tail: int = 14, **kw):
+def run(policy, schedule: str, plan, check_each: bool, tail: int = 14, rtc=None, **kw):
     """Run ``plan``; returns (chunks per frame, {key: (status, token ids, text)}, streamed text)."""
     cfg = EngineConfig(tasks=TASKS, tokens_per_frame=2, block_size=8, schedule=schedule, **kw)
-    eng = make_engine(policy, cfg)
+    eng = make_engine(policy, cfg, rtc=rtc)
     chunks, ended, streamed, keys = [], {}, {}, {}
 
     def key(rid, task, frame):  # periodic requests are not in the plan: named by task and frame
@@ -110,6 +111,8 @@ def run(policy, schedule: str, plan, check_each: bool, tail: int = 14, **kw):
         else:
             eng.pool.blocks.check()  # pool-level invariants hold even while the batcher runs
     take(eng.flush())
+    if rtc is not None:  # every chunk guided but the first, those after a drop, and the gaps
+        assert eng.handover.counts["guided"] > len(plan) // 3, eng.handover.counts
     eng.check_invariants()
     assert eng.running == 0 and eng.queued == 0 and eng.pool.blocks.num_in_use == 0
     eng.close()
@@ -147,6 +150,19 @@ def test_concurrent_equals_serial_random_plans(policy, seed):
 def test_concurrent_equals_serial_other_modes(policy, mode):
     plan = make_plan(5, 8)
     assert_same(run(policy, "serial", plan, True, mode=mode), run(policy, "concurrent", plan, True, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["unified", "shared_kv", "isolated"])
+def test_concurrent_equals_serial_with_rtc(policy, mode):
+    """Real-time chunking in both schedules and every mode: the same guided chunks (a fixed delay:
+    an auto delay follows measured latency, which no two runs share)."""
+    rtc = RTCConfig(enabled=True, inference_delay_mode="fixed", inference_delay=2, execution_horizon=8,
+                    control_period_s=0.25)  # stamps 1 s apart: the next chunk starts 4 rows in
+    plan = make_plan(3, 12)
+    serial = run(policy, "serial", plan, True, mode=mode, rtc=rtc)
+    assert_same(serial, run(policy, "concurrent", plan, True, mode=mode, rtc=rtc))
+    plain = run(policy, "serial", plan, True, mode=mode)
+    assert any(a is not None and not np.array_equal(a, b) for a, b in zip(serial[0], plain[0]))
 
 
 def test_continuous_policy_same_texts(policy):

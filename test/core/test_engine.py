@@ -10,6 +10,7 @@ from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.model.sampling import SamplingParams
 from oxygen_ros.core.policy import Pi05Policy, frame_noise
+from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.core.types import Observation
 
 TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
@@ -39,8 +40,8 @@ PLAN = [(0, "conversation", "what do you see?", 12, 0.0, None),
         (3, "memory", "", 5, 1.0, 11)]
 
 
-def run_plan(policy, mode, frames=10, **kw):
-    eng = Engine(policy, EngineConfig(mode=mode, tokens_per_frame=2, tasks=TASKS, **kw))
+def run_plan(policy, mode, frames=10, rtc=None, **kw):
+    eng = Engine(policy, EngineConfig(mode=mode, tokens_per_frame=2, tasks=TASKS, **kw), rtc)
     actions, results, deltas, ids = [], {}, {}, {}
     for f in range(frames):
         eng.submit_observation(make_obs(f, masked_wrist=(f % 2 == 1)))
@@ -89,6 +90,21 @@ def test_modes_agree_with_each_other_and_with_the_policy(policy):
     assert np.abs(ref - ua[2]).max() < 1e-5
     exact, _, _, _ = run_plan(policy, "unified", static_shapes=False)
     assert np.array_equal(ref, exact[2])
+
+
+def test_modes_agree_with_rtc_on(policy):
+    """The mode-equivalence suite with real-time chunking: every mode guides the same chunks the
+    same way (fixed delay), text untouched by it; frame 0 is the plain chunk (nothing to follow)."""
+    rtc = RTCConfig(enabled=True, schedule="exp", inference_delay_mode="fixed", inference_delay=1,
+                    control_period_s=0.25)
+    runs = {m: run_plan(policy, m, rtc=rtc) for m in ("unified", "shared_kv", "isolated")}
+    plain = run_plan(policy, "unified")
+    for mode in ("shared_kv", "isolated"):
+        assert all(np.array_equal(x, y) for x, y in zip(runs["unified"][0], runs[mode][0])), mode
+        assert {k: v.token_ids for k, v in runs[mode][1].items()} == {k: v.token_ids for k, v in plain[1].items()}
+    guided = runs["unified"][0]
+    assert np.array_equal(guided[0], plain[0][0])
+    assert all(not np.array_equal(g, p) for g, p in zip(guided[1:], plain[0][1:]))
 
 
 def test_unified_spreads_decoding_over_frames(policy):

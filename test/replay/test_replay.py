@@ -99,7 +99,7 @@ def test_sample_bag_output_bag_topics_and_counts(sample_run):
 def test_sample_bag_report_and_plots(sample_run):
     result, out = sample_run
     for key in ('frames', 'action ', 'chunk latency', 'tok/s', 'time to first token',
-                'deadline misses', 'drops'):
+                'deadline misses', 'drops', 'chunk switches'):
         assert key in result.report
     data = json.loads((out / 'report.json').read_text())
     s = data['summary']
@@ -109,6 +109,13 @@ def test_sample_bag_report_and_plots(sample_run):
     assert s['request_status'] == {'finished': 8}
     assert s['drops'] == {} and s['masked_slots'] == {} and s['gaps'] == []
     assert len(data['frames']) == 100 and len(data['requests']) == 8
+    # every chunk after the first executed one takes over from its predecessor: measured, or after
+    # a hold (the machine was slower than the 0.1 s between frames), or never executed
+    assert s['chunk_switches'] + s['switches_after_hold'] + s['chunks_never_executed'] == 99
+    assert s['command_kind'] == 'position'
+    if s['chunk_switches']:  # random weights: independent chunks jump
+        assert s['switch_jump_max'] >= s['switch_jump_median'] > 0
+        assert f"{s['chunk_switches']} measured, switch discontinuity median" in result.report
     for name in ('timeline.png', 'trajectories.png', 'decode_batch.png'):
         png = (out / name).read_bytes()
         assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10_000

@@ -18,7 +18,8 @@ from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from oxygen_ros.core.config import DEFAULT_TASKS, EngineConfig, TaskConfig  # noqa: E402
 from oxygen_ros.ros.node_params import declare_node_params, node_specs, read_node_config  # noqa: E402
-from oxygen_ros.ros.params import ParamError, attribute_docs, engine_specs, task_specs  # noqa: E402
+from oxygen_ros.core.rtc.config import RTCConfig  # noqa: E402
+from oxygen_ros.ros.params import ParamError, attribute_docs, engine_specs, rtc_specs, task_specs  # noqa: E402
 from ros_helpers import ALOHA_JOINTS, REPO  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -56,6 +57,30 @@ def test_engine_parameters_mirror_engine_config_fields():
         elif not isinstance(spec.default, bool):
             assert spec.lo is not None, f'{f.name} has no range'
     assert not specs
+
+
+def test_rtc_parameters_mirror_rtc_config_and_take_the_control_period():
+    specs = {s.name: s for s in rtc_specs()}
+    for f in dataclasses.fields(RTCConfig):
+        if f.name == 'control_period_s':  # the node's own control_period_s
+            assert f'rtc.{f.name}' not in specs
+            continue
+        spec = specs.pop(f'rtc.{f.name}')
+        assert spec.default == getattr(RTCConfig(), f.name) and len(spec.description) > 10, f.name
+        assert spec.choices or spec.lo is not None or isinstance(spec.default, bool), f.name
+    assert not specs
+    with param_node(*MINIMAL, '-p', 'rtc.enabled:=true', '-p', 'rtc.schedule:=exp', '-p',
+                    'rtc.inference_delay_mode:=fixed', '-p', 'rtc.inference_delay:=3', '-p',
+                    'control_period_s:=0.05') as node:
+        assert 'exp' in node.describe_parameter('rtc.schedule').description
+        assert not node.set_parameters([Parameter('rtc.execution_horizon', value=0)])[0].successful
+        cfg = read_node_config(node)
+    assert cfg.rtc == RTCConfig(enabled=True, schedule='exp', inference_delay_mode='fixed', inference_delay=3,
+                                control_period_s=0.05)
+    with param_node(*MINIMAL, '-p', 'rtc.schedule:=cubic', '-p', 'rtc.guidance:=full') as node:
+        with pytest.raises(ParamError) as info:
+            read_node_config(node)
+    assert 'rtc.schedule' in str(info.value) and 'rtc.guidance' in str(info.value)
 
 
 def test_task_parameters_mirror_task_config_and_default_tasks():

@@ -23,7 +23,7 @@ pytest.importorskip('gym_aloha')
 from domain_coordinator import domain_id  # noqa: E402
 
 from oxygen_ros.sim.closed_loop.run import build_parser  # noqa: E402
-from oxygen_ros.sim.closed_loop.report import checks as _checks, format_report  # noqa: E402
+from oxygen_ros.sim.closed_loop.report import checks as _checks, format_report, switch_line  # noqa: E402
 
 
 def _run_loop(tmp_path, *extra: str, timeout: float = 170.0) -> tuple[dict, str, int]:
@@ -67,6 +67,9 @@ def test_closed_loop_runs_with_language_and_exits_cleanly(tmp_path):
     assert 'incompatible' not in logs  # rclpy's QoS-mismatch warning
     assert '[warn]' not in logs and '[error]' not in logs and 'traceback' not in logs
     assert 'action rate' in output and 'chunk age at execution' in output
+    # chunk switches measured by the sim's executor (independent chunks: some discontinuity)
+    assert sim['switches'] >= 10 and sim['switch_jump_max'] >= sim['switch_jump_median'] >= 0
+    assert f"{sim['switches']:.0f} measured, switch discontinuity median" in output
 
 
 @pytest.mark.ros
@@ -85,6 +88,7 @@ def test_killed_oxygen_node_sim_holds_reports_loss_and_resumes_after_restart(tmp
     assert cmd['max_step_change'] <= cmd['step_limit'] + 1e-9
     assert cmd['lost_messages'] > 10 and cmd['max_change_while_lost'] == 0.0
     assert report['sim']['losses'] >= 1 and report['sim']['resumes'] >= 1
+    assert report['sim']['switches_after_hold'] >= 1  # the restarted node's first chunk
     assert report['exit_codes']['sim'] == [0] and report['exit_codes']['oxygen'][-1] == 0
     sim_log = (tmp_path / 'logs' / 'sim.log').read_text()
     assert 'command loss' in sim_log and 'commands resumed' in sim_log
@@ -117,3 +121,16 @@ def test_report_formatting_survives_missing_values():
     text = format_report(report)
     assert not report['ok'] and 'FAILED' in text and 'no_error' in text
     assert 'n/a' in text and 'boom' in text
+    assert 'chunk switches   : n/a' in text
+
+
+def test_report_shows_the_chunk_switch_figures():
+    nan = float('nan')
+    assert switch_line({'switches': 12.0, 'switches_after_hold': 1.0, 'switch_jump_median': 0.0123,
+                        'switch_jump_max': 0.25}) == (
+        '12 measured, switch discontinuity median 0.0123, max 0.2500 (largest joint difference, '
+        'joint units); 1 after a hold (not measured)')
+    # no switch yet: the sim reports '' (NaN here), never a zero that looks like a measurement
+    line = switch_line({'switches': 0.0, 'switches_after_hold': 0.0, 'switch_jump_median': nan,
+                        'switch_jump_max': nan})
+    assert line == 'no measured chunk switches; 0 after a hold (not measured)'

@@ -22,7 +22,10 @@ from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
 from ..cache.sizing import size_for
 from ..config import EngineConfig
+from ..model.flow import euler_times
 from ..policy import Pi05Policy, frame_noise
+from ..rtc.config import RTCConfig
+from ..rtc.handover import ChunkHandover
 from ..processing import InvalidInputError, NonFiniteActionError
 from ..types import ActionChunk, FrameMetrics, Observation
 from .compiled import warmup_observations
@@ -39,8 +42,9 @@ from .streams import DeviceStreams
 class Engine:
     """Unified KV cache engine over one :class:`Pi05Policy`."""
 
-    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None) -> None:
+    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None) -> None:
         self.cfg = (cfg or EngineConfig()).validate()
+        self.rtc = (rtc or RTCConfig()).validate()
         self.policy = policy
         mc = policy.cfg
         self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
@@ -50,12 +54,15 @@ class Engine:
         self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
-        self.runner = Runner(policy, self.pool, self.streams, self.cfg)
+        self.runner = Runner(policy, self.pool, self.streams, self.cfg, rtc=self.rtc.enabled)
         self.scheduler = Scheduler(self.cfg, self.pool.blocks, mc.max_prefix_len)
         self.book = RequestBook(self.cfg, self.scheduler, self.policy, self.pool, self.streams)
         self.faults = FaultLog(policy.model.device)
         self.book.faults = self.faults
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
+        self.handover = ChunkHandover(self.rtc, policy.normalizer, mc.action_horizon, mc.action_dim,
+                                      euler_times(self.num_steps)[0])  # real-time chunking (core.rtc)
+        self._obs_at, self._taken_at, self._explicit, self._taken_explicit = 0.0, 0.0, None, None
         self.frame_id = 0
         self.dropped_observations = 0
         self._lock = threading.Lock()
@@ -66,10 +73,13 @@ class Engine:
         self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
-    def submit_observation(self, obs: Observation) -> None:
-        """Make ``obs`` the newest observation (an unprocessed older one is superseded)."""
+    def submit_observation(self, obs: Observation, *, prev_chunk_left_over=None, inference_delay: int | None = None) -> None:
+        """Make ``obs`` the newest observation (an unprocessed older one is superseded). With RTC on,
+        ``prev_chunk_left_over`` ``[T_left, A]`` (normalised model space, LeRobot's argument) and
+        ``inference_delay`` (rows) replace the remembered previous chunk for this observation."""
         with self._lock:
-            self._obs = obs
+            self._obs, self._obs_at = obs, time.perf_counter()
+            self._explicit = None if prev_chunk_left_over is None else (prev_chunk_left_over, inference_delay)
 
     def submit_request(self, task: str, text: str = "", max_new_tokens: int | None = None, *,
                        temperature: float | None = None, top_k: int | None = None, seed: int | None = None,
@@ -104,6 +114,7 @@ class Engine:
     def _drain(self) -> tuple[Observation | None, list[LanguageRequest], set[int]]:
         with self._lock:
             obs, self._obs = self._obs, None
+            self._taken_at, self._taken_explicit = self._obs_at, self._explicit
             new, self._new = self._new, []
             cancels, self._cancels = self._cancels, set()
         return obs, new, cancels
@@ -147,6 +158,7 @@ class Engine:
 
     def _drop(self, what: str, reason: str) -> str:
         self.dropped_observations += 1
+        self.handover.forget("dropped")  # the next chunk is not guided toward a stale one
         return f"{what} dropped: {reason}"
 
     def _frame(self, obs, new, cancels, m: FrameMetrics, plan: FramePlan, t0: float, on_action) -> tuple[ActionChunk | None, str | None]:
@@ -189,9 +201,11 @@ class Engine:
         with self.faults.guard("denoise") as g:
             try:
                 noise = frame_noise(self.cfg.seed, fid, self.policy.cfg.action_horizon, self.policy.cfg.action_dim)
-                act = self.runner.actions(self._prefix, noise, self.num_steps)
-                action = ActionChunk(actions=act, stamp=obs.stamp, frame_id=fid)
-            except NonFiniteActionError as e:
+                guide = self.handover.guide(obs, self._taken_explicit)
+                x = self.runner.actions_normalized(self._prefix, noise, self.num_steps, guide)[0].float().cpu().numpy()
+                action = ActionChunk(self.policy.normalizer.unnormalize_actions(x), obs.stamp, fid)
+                self.handover.emitted(x, obs, time.perf_counter() - self._taken_at)
+            except (NonFiniteActionError, ValueError) as e:  # ValueError: a malformed explicit leftover
                 error = self._drop("action chunk", str(e))
             self.streams.sync()
         if g.fault:
@@ -267,6 +281,7 @@ class Engine:
         self.streams.sync()
         self.runner.seal()
         self.cancel_all()  # the warm-up's periodic requests: ended, then forgotten with their counts
+        self.handover.clear()  # and its chunks, latencies (compile time) and counts
         self.book.forget()
         self.frame_id = 0
         self.warmup_s = time.perf_counter() - t0
@@ -279,7 +294,12 @@ class Engine:
         (``graphs_<stage>``), its recompiles after warm-up (``recompiles_<stage>``, when any) and
         any eager fallback with its reason (``fallback_<stage>``)."""
         return {"ready": self.ready, "warmup_s": round(self.warmup_s, 3), "compile": self.cfg.compile,
-                "attention": "flex" if self.runner.flex else "gather", **self.runner.compile_state()}
+                "attention": "flex" if self.runner.flex else "gather", **self.runner.compile_state(),
+                **self.handover.diagnostics()}
+
+    def reset_chunks(self, reason: str = "reset") -> None:
+        """Forget the last action chunk (the robot was reset or stopped): the next one is not guided."""
+        self.handover.forget(reason)
 
     # ------------------------------------------------------------------ inspection
     def check_invariants(self) -> None:

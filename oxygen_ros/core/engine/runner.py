@@ -25,7 +25,10 @@ from .compiled import Stage
 from .frame import FramePrefix
 from .requests import LanguageRequest
 from .step_buffers import DecodeBatch, StepBuffers
-from .steps import decode_tokens, denoise_actions, denoise_one_step, prefill_prefix, prefix_scratch
+from ..model.kv import DenoiseView
+from ..rtc.guidance import RTCGuide, integrate_guided
+from .steps import (decode_tokens, denoise_actions, denoise_actions_rtc, denoise_one_step, denoise_one_step_rtc,
+                    prefill_prefix, prefix_scratch)
 from .streams import DeviceStreams
 
 __all__ = ["Runner", "FramePrefix"]
@@ -35,7 +38,7 @@ class Runner:
     """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
 
     def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams,
-                 cfg: EngineConfig | None = None) -> None:
+                 cfg: EngineConfig | None = None, rtc: bool = False) -> None:
         self.cfg = cfg = (cfg or EngineConfig()).validate()
         self.policy = policy
         self.model = m = policy.model
@@ -60,7 +63,10 @@ class Runner:
         self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams, cuda)
         # CUDA: the whole S-step loop is one compiled / captured region; CPU: one step per call
         self.denoise_loop = pool.device.type == "cuda"
-        fn = denoise_actions if self.denoise_loop else denoise_one_step
+        # with RTC (guide tensors as inputs: a new delay or leftover never recompiles)
+        self.rtc = rtc
+        fn = {(True, False): denoise_actions, (False, False): denoise_one_step,
+              (True, True): denoise_actions_rtc, (False, True): denoise_one_step_rtc}[(self.denoise_loop, rtc)]
         self.denoise_stage = Stage("denoise", lambda *a: fn(m, *a), mode, cams, cuda)
         self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets), cuda)
         self._conds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -145,8 +151,16 @@ class Runner:
         return self._conds[num_steps]
 
     @torch.inference_mode()
-    def actions_normalized(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> torch.Tensor:
-        """``[1, H, action_dim]`` float32 normalised actions over the read-only prefix."""
+    def actions_normalized(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int,
+                           guide: RTCGuide | None = None) -> torch.Tensor:
+        """``[1, H, action_dim]`` float32 normalised actions over the read-only prefix; a runner built
+        with ``rtc`` takes the frame's ``guide`` (an inactive one: the plain flow).
+
+        Raises:
+            ValueError: a guide missing on an RTC runner, or given to a plain one.
+        """
+        if (guide is not None) != self.rtc:
+            raise ValueError("an RTC runner needs a guide every frame; a plain runner takes none")
         dev = self.pool.device
         read = torch.full((1, prefix.bucket), self.pool.null_slot, dtype=torch.long)
         read[0, : prefix.length] = prefix.slot_tensor
@@ -156,15 +170,25 @@ class Runner:
         if not noise.is_inference():  # like every later step's input: one denoise graph per shape,
             noise = noise.clone()     # not one for the first step and one for the rest (dispatch keys)
         st = self.denoise_stage
+        g = () if guide is None else (guide := guide.to(dev),)
+        if g and guide.vjp:  # the paper's form: a backward pass per step, eager
+            k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
+            view = DenoiseView(k, v, lengths, noise.shape[1], padded).for_grad()
+            with torch.inference_mode(False):
+                cs = conds.clone()
+            return integrate_guided(lambda x, i: self.model.denoise_step(view, x, None, cs[i]), noise, dt, guide)
         if self.denoise_loop:
             args = (self.pool.k, self.pool.v, self.pool.block_size, read, lengths, noise, conds, dt, padded)
+            if g:
+                args += (guide.times, guide.gains, guide.target, guide.weights)
             return st.checked(lambda x: bool(torch.isfinite(x).all()), *args)
 
         def loop(step) -> torch.Tensor:
             k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
             x = noise
             for i in range(num_steps):
-                x = step(k, v, lengths, x, conds[i], dt, padded)
+                rtc = (guide.times[i], guide.gains[i], guide.target, guide.weights) if g else ()
+                x = step(k, v, lengths, x, conds[i], dt, padded, *rtc)
             return x
 
         x = loop(st)

@@ -21,6 +21,7 @@ from ..cache.paged import BlockTableFlexView, BlockTableGatherView
 from ..model.kv import DenoiseView, ViewBase, denoise_scratch
 from ..model.pi05 import Pi05Model
 from ..model.sampling import sample_batch
+from ..rtc.guidance import guided_velocity
 
 
 class _BucketPrefillView(ViewBase):
@@ -85,6 +86,28 @@ def denoise_one_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x:
     used on the CPU where compiling the unrolled S-step loop costs far more than it saves)."""
     view = DenoiseView(k, v, lengths, x.shape[1], padded)
     return x + dt * model.denoise_step(view, x, None, cond)
+
+
+def denoise_actions_rtc(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor,
+                        lengths: Tensor, noise: Tensor, conds: Tensor, dt: Tensor, padded: bool, times: Tensor,
+                        gains: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+    """:func:`denoise_actions` with real-time chunking: each step's velocity guided toward
+    ``target`` ``[1, H, D]`` with prefix weights ``weights`` ``[1, H, 1]`` and guidance weight
+    ``gains[i]`` at flow time ``times[i]`` (:func:`~oxygen_ros.core.rtc.guidance.guided_velocity`)."""
+    k, v = prefix_scratch(pool_k, pool_v, block_size, read, noise.shape[1])
+    view = DenoiseView(k, v, lengths, noise.shape[1], padded)
+    x = noise.to(torch.float32)
+    for i in range(conds.shape[0]):
+        vel = model.denoise_step(view, x, None, conds[i])
+        x = x + dt * guided_velocity(x, vel, times[i], gains[i], target, weights)
+    return x
+
+
+def denoise_one_step_rtc(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor,
+                         dt: Tensor, padded: bool, t: Tensor, g: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+    """:func:`denoise_one_step` with real-time chunking (see :func:`denoise_actions_rtc`)."""
+    view = DenoiseView(k, v, lengths, x.shape[1], padded)
+    return x + dt * guided_velocity(x, model.denoise_step(view, x, None, cond), t, g, target, weights)
 
 
 def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, flex: bool,

@@ -35,6 +35,7 @@ from ..engine.plan import FramePlan
 from ..engine.requests import FrameResult
 from ..engine.streams import StageClock
 from ..policy import Pi05Policy
+from ..rtc.config import RTCConfig
 from ..processing import InvalidInputError
 from ..types import ActionChunk, FrameMetrics
 from .batcher import BatcherLoop
@@ -63,8 +64,8 @@ class ConcurrentEngine(Engine):
     schedule = "concurrent"
 
     def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                 prefix_wait_s: float = 30.0, max_pending: int = 4) -> None:
-        super().__init__(policy, cfg)
+                 prefix_wait_s: float = 30.0, max_pending: int = 4, rtc: RTCConfig | None = None) -> None:
+        super().__init__(policy, cfg, rtc)
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
         self.clock = StageClock(self.streams.cuda)

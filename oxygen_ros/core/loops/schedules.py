@@ -14,6 +14,7 @@ from ..config import EngineConfig
 from ..engine.engine import Engine
 from ..engine.requests import FrameResult
 from ..policy import Pi05Policy
+from ..rtc.config import RTCConfig
 from ..types import ActionChunk, FrameMetrics
 from .concurrent import ConcurrentEngine
 from .metrics import ScheduleMeter
@@ -24,8 +25,8 @@ class SerialEngine(Engine):
 
     schedule = "serial"
 
-    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None) -> None:
-        super().__init__(policy, cfg)
+    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None) -> None:
+        super().__init__(policy, cfg, rtc)
         self.meter = ScheduleMeter()
 
     def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
@@ -58,19 +59,21 @@ class SerialEngine(Engine):
             self.meter.reset()
 
 
-def make_engine(policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1) -> Engine:
+def make_engine(policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
+                rtc: RTCConfig | None = None) -> Engine:
     """The engine of ``cfg.schedule``: :class:`SerialEngine` or :class:`ConcurrentEngine`.
 
     Args:
         intra_op_threads: concurrent schedule on the CPU only — torch threads per loop (0: keep).
+        rtc: real-time chunking of the action path (default: off).
 
     Raises:
         ConfigError: invalid ``cfg`` (via ``EngineConfig.validate``).
     """
     cfg = (cfg or EngineConfig()).validate()
     if cfg.schedule == "concurrent":
-        return ConcurrentEngine(policy, cfg, intra_op_threads=intra_op_threads)
-    return SerialEngine(policy, cfg)
+        return ConcurrentEngine(policy, cfg, intra_op_threads=intra_op_threads, rtc=rtc)
+    return SerialEngine(policy, cfg, rtc)
 
 
 __all__ = ["SerialEngine", "make_engine"]

@@ -151,6 +151,24 @@ class DenoiseView(ViewBase):
         self._v[layer, :, self._p:] = v
         return self._k[layer], self._v[layer]
 
+    def for_grad(self) -> "DenoiseView":
+        """A copy that autograd can differentiate through (RTC's vector–Jacobian form): normal
+        tensors even when this view was built under ``inference_mode``, and the step's K/V
+        concatenated to the prefix instead of written into the shared scratch in place."""
+        with torch.inference_mode(False):
+            view = _GradDenoiseView.__new__(_GradDenoiseView)
+            view._k, view._v = self._k[:, :, : self._p].clone(), self._v[:, :, : self._p].clone()
+            view._p, view.positions = self._p, self.positions.clone()
+            view.allowed = None if self.allowed is None else self.allowed.clone()
+        return view
+
+
+class _GradDenoiseView(DenoiseView):
+    """:meth:`DenoiseView.for_grad`: the prefix K/V ``[L, B, P, KVH, D]`` read-only, no in-place writes."""
+
+    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.cat([self._k[layer], k], dim=1), torch.cat([self._v[layer], v], dim=1)
+
 
 def denoise_scratch(prefix_k: list[Tensor] | Tensor, prefix_v: list[Tensor] | Tensor,
                     horizon: int) -> tuple[Tensor, Tensor]:

@@ -9,7 +9,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['num', 'command_safety', 'checks', 'format_report']
+__all__ = ['num', 'command_safety', 'checks', 'format_report', 'switch_line']
+
+
+def rtc_line(rtc: dict[str, str]) -> str:
+    """The oxygen node's ``rtc_*`` diagnostics in one line (on/off, delay, guided and unguided)."""
+    if rtc.get('enabled') != 'True':
+        return 'off'
+    unguided = {k[len('unguided_'):]: v for k, v in rtc.items() if k.startswith('unguided_') and v != '0'}
+    return (f'on, delay {rtc.get("delay_rows", "?")} rows ({rtc.get("delay_source", "?")}), '
+            f'{rtc.get("guided", "0")} chunks guided, unguided {unguided or "none"}')
 
 
 def num(values: dict[str, str], key: str) -> float:
@@ -70,6 +79,26 @@ def checks(args: argparse.Namespace, report: dict[str, Any]) -> None:
     report['ok'] = all(c.values())
 
 
+def switch_line(s: dict[str, Any]) -> str:
+    """The chunk-switch figures of the sim's status values ``s`` (the executor's switch
+    discontinuity: largest joint difference between the old and the new chunk's targets at the
+    switch, joint units), or why there are none."""
+    def g(key: str) -> float:
+        v = s.get(key)
+        return math.nan if v is None else float(v)
+
+    n, after = g('switches'), g('switches_after_hold')
+    hold = f'{after:.0f} after a hold (not measured)' if math.isfinite(after) else 'after a hold n/a'
+    if not math.isfinite(n):
+        return f'n/a; {hold}'
+    if n < 1:
+        return f'no measured chunk switches; {hold}'
+    med, top = (f'{v:.4f}' if math.isfinite(v) else 'n/a'
+                for v in (g('switch_jump_median'), g('switch_jump_max')))
+    return (f'{n:.0f} measured, switch discontinuity median {med}, max {top} (largest joint '
+            f'difference, joint units); {hold}')
+
+
 def format_report(r: dict[str, Any]) -> str:
     """Human-readable report."""
     def f(x: Any, nd: int = 1) -> str:
@@ -104,6 +133,8 @@ def format_report(r: dict[str, Any]) -> str:
         f'speed-limited {f(s["limited_steps"], 0)}; max step {f(c["max_step_change"], 4)} '
         f'(limit {f(c["step_limit"], 4)}), non-finite {c["non_finite"]}, joint motion '
         f'{f(r["joint_motion_max_rad"], 3)} rad',
+        '  chunk switches   : ' + switch_line(s),
+        '  real-time chunking: ' + rtc_line(o.get('rtc') or {}),
     ]
     lang = r['language']
     if 'ask' in r:

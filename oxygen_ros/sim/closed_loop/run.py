@@ -11,6 +11,9 @@ stops both processes with SIGINT and prints a report:
 - chunk age when executed (sim time from observation stamp to the step that applied the point),
   chunk arrival latency, chunks executed / dropped / rejected by the sim;
 - the sim's control rate and real-time factor, command holds and losses;
+- chunk switches (the sim's executor): measured switches, median and max switch discontinuity
+  (largest joint difference between the old and the new chunk's targets at the switch, joint
+  units) and switches after a hold (not measured);
 - safety of the executed command: finite, largest step change, largest change while held;
 - exit status of both processes, warnings and errors from their logs.
 
@@ -60,7 +63,7 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
     py = sys.executable
     sim_cmd = [py, '-m', 'oxygen_ros.sim.node', '--ros-args', '--params-file', str(sim_yaml),
                '-p', f'real_time_factor:={args.rtf}',
-               '-p', f'publish_clock:={"true" if sim_time else "false"}']
+               '-p', f'publish_clock:={"true" if sim_time else "false"}', '-p', f'seed:={args.seed}']
     if args.camera_rate_hz > 0:
         sim_cmd += ['-p', f'camera_rate_hz:={args.camera_rate_hz}']
     if args.stream:  # the node's per-step command stream at the sim's control rate
@@ -71,11 +74,16 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
                '-p', f'num_threads:={args.num_threads}']
     if args.device:
         oxy_cmd += ['-p', f'device:={args.device}']
+    oxy_cmd += ['-p', f'engine.seed:={args.seed}']  # the flow noise: the same seed, the same chunks
+    if args.rtc:
+        oxy_cmd += ['-p', 'rtc.enabled:=true']
+    for p in args.oxygen_param:
+        oxy_cmd += ['-p', p]
     if args.stream:
         oxy_cmd += ['-p', f'action_rate_hz:={1.0 / control_period(sim_yaml)}']
     report: dict[str, Any] = {'model': args.model, 'frames_target': args.frames,
                               'command_source': 'stream' if args.stream else 'trajectory',
-                              'target_real_time_factor': args.rtf,
+                              'target_real_time_factor': args.rtf, 'seed': args.seed, 'rtc': args.rtc,
                               'camera_rate_hz': args.camera_rate_hz, 'domain_id': domain_id,
                               'logs': str(log_dir), 'checks': {}}
     monitor = LoopMonitor(domain_id)
@@ -205,6 +213,7 @@ def _summarise(args: argparse.Namespace, monitor: LoopMonitor, report: dict[str,
         'tok_per_s_last': num(oxy, 'tok_per_s'), 'tok_per_s_peak': max(tok) if tok else math.nan,
         'tokens': num(oxy, 'tokens'), 'frames': num(oxy, 'frames'),
         'chunks_seen': len(chunks), 'chunk_hz_seen': (len(chunks) - 1) / span if span else 0.0,
+        'rtc': {k[len('rtc_'):]: oxy[k] for k in sorted(oxy) if k.startswith('rtc_')},  # as on /diagnostics
     }
     keys = ('state', 'sim_time', 'sim_step_hz', 'real_time_factor', 'camera_hz', 'render_ms',
             'chunk_age_p50_ms', 'chunk_age_p95_ms', 'chunk_age_max_ms', 'arrival_latency_p50_ms',
@@ -213,7 +222,9 @@ def _summarise(args: argparse.Namespace, monitor: LoopMonitor, report: dict[str,
             'same_stamp', 'executed_steps', 'wait_steps', 'hold_steps', 'limited_steps',
             'late_points',
             'losses', 'resumes', 'out_of_order', 'stale', 'expired', 'bad_names', 'bad_shape',
-            'non_finite', 'bad_times', 'overruns', 'camera_frames', 'camera_skipped')
+            'non_finite', 'bad_times', 'overruns', 'camera_frames', 'camera_skipped',
+            'switches', 'switches_after_hold', 'switch_jump_last', 'switch_jump_median',
+            'switch_jump_max')
     report['sim'] = {k: (sim.get(k) if k == 'state' else num(sim, k)) for k in keys}
     step_limit = args.max_joint_speed / 50.0 if args.max_joint_speed > 0 else math.inf
     report['command'] = command_safety(list(monitor.executed), step_limit)
@@ -256,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument('--sim-params', default='', help='sim parameter file (config/sim.yaml)')
     ap.add_argument('--oxygen-params', default='', help='oxygen parameter file '
                     '(config/oxygen.yaml; sim.yaml is layered on top)')
+    ap.add_argument('--seed', type=int, default=0,
+                    help='seed of the cube placement (sim) and of the flow noise (engine.seed); 0')
+    ap.add_argument('--rtc', action='store_true',
+                    help='real-time chunking on (rtc.enabled:=true; other rtc.* via --oxygen-param)')
+    ap.add_argument('--oxygen-param', action='append', default=[], metavar='NAME:=VALUE',
+                    help='extra oxygen node parameter, as -p NAME:=VALUE (repeatable)')
     ap.add_argument('--domain-id', type=int, default=None,
                     help='ROS domain (default: $ROS_DOMAIN_ID, else a free one)')
     ap.add_argument('--timeout', type=float, default=180.0, help='overall limit, seconds')
