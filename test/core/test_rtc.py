@@ -74,7 +74,10 @@ def test_unguided_chunks_are_counted_by_reason():
     h.emitted(x, obs(9.0 + P), 0.01)
     h.forget("reset")
     assert not h.guide(obs(9.0 + 2 * P)).active
-    assert dict(h.counts) == {"first": 1, "guided": 2, "time_jump": 1, "gap": 1, "dropped": 1, "reset": 1}
+    h.emitted(x, obs(9.0 + 2 * P), 0.01)
+    assert not h.guide(obs(0.0)).active  # no stamp: nothing to align by
+    assert dict(h.counts) == {"first": 1, "guided": 2, "time_jump": 1, "gap": 1, "dropped": 1, "reset": 1,
+                              "no_stamp": 1}
     d = h.diagnostics()
     assert d["rtc_guided"] == 2 and d["rtc_unguided_gap"] == 1 and d["rtc_unguided_time_jump"] == 1
 
@@ -230,3 +233,29 @@ def test_a_delay_past_the_horizon_is_reported():
     h = handover(inference_delay=2, execution_horizon=8)
     h.guide(obs(1.0))
     assert "rtc_note" not in h.diagnostics()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compile_mode", ["default", "reduce-overhead"])
+def test_compiled_equals_eager_with_rtc_on_cuda(no_recompile, compile_mode):  # noqa: F811
+    """On CUDA the whole guided S-step loop is one compiled (and, with reduce-overhead, captured)
+    region: equal to eager within 1e-5 (float32), and a new delay or schedule never recompiles."""
+    gpu = Pi05Policy.from_pretrained("pi05-tiny", device="cuda")
+
+    def run(mode, check):
+        eng = make_engine(gpu, EngineConfig(tasks=()), rtc=_rtc())
+        if mode != "none":
+            eng = make_engine(gpu, EngineConfig(tasks=(), compile=mode), rtc=_rtc())
+            eng.warmup()
+            if check:
+                no_recompile()
+        chunks = []
+        for i, d in enumerate([0, 3, 7, 2]):
+            eng.handover.cfg = _rtc(inference_delay=d, schedule=("linear", "exp", "ones", "zeros")[i])
+            eng.submit_observation(obs(1.0 + i * 3 * P, seed=i))
+            chunks.append(eng.step().action.actions)
+        assert eng.handover.counts["guided"] == 3 and all(s.recompiles == 0 for s in eng.runner.stages)
+        return chunks
+    for a, b in zip(run("none", False), run(compile_mode, True)):
+        assert np.abs(a - b).max() < 1e-5

@@ -12,7 +12,9 @@ velocities are not anchored on the observation state and carry over unchanged.
 The inference delay ``d`` (rows the robot executes from the old chunk while the new one is
 computed) is ``ceil(latency / P)`` of a high percentile of measured observation→chunk latencies, or
 fixed. The first chunk, and the chunk after a dropped frame, a reset, a backwards time jump or a gap
-longer than the chunk, are denoised without guidance — counted by reason.
+longer than the chunk, are denoised without guidance — counted by reason; so are chunks whose
+observation, or the previous one, has no stamp (``stamp <= 0``, :class:`~..types.Observation`'s
+"unknown"): without times the leftover cannot be aligned.
 
 Each chunk's switch discontinuity — the largest difference over joints, in unnormalised action
 units, between the new chunk and the previous chunk at the new chunk's first executed row ``d`` —
@@ -35,7 +37,7 @@ from .config import RTCConfig
 from .guidance import RTCGuide, make_guide
 
 #: reasons a chunk is denoised without guidance (counted in :attr:`ChunkHandover.counts`)
-UNGUIDED_REASONS: tuple[str, ...] = ("first", "dropped", "reset", "time_jump", "gap")
+UNGUIDED_REASONS: tuple[str, ...] = ("first", "dropped", "reset", "time_jump", "gap", "no_stamp")
 
 
 @dataclass
@@ -132,6 +134,8 @@ class ChunkHandover:
         last = self._last
         if last is None:
             return None, self._pending
+        if float(obs.stamp) <= 0 or last.stamp <= 0:
+            return None, "no_stamp"
         shift = (float(obs.stamp) - last.stamp) / self.cfg.control_period_s
         if not math.isfinite(shift) or shift < 0:
             return None, "time_jump"
