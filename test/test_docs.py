@@ -100,8 +100,8 @@ def _parse_flags(module: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) 
 
 
 def _ros_args(tool: str, argv: list[str]) -> None:
-    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config, node_specs
-    from oxygen_ros.ros.params import engine_specs, task_specs
+    from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config, node_specs
+    from oxygen_ros.ros.params.specs import engine_specs, task_specs
 
     assert argv[:1] == ['--ros-args'], f'{tool}: expected --ros-args, got {argv}'
     params_file, overrides, rest = None, [], argv[1:]

@@ -1,7 +1,7 @@
 """Sphinx directive ``oxygen-params``: tables of the ``oxygen`` node's parameters, read from the code.
 
-The node declares its parameters from :func:`oxygen_ros.ros.node_params.node_specs` (node level and
-``engine.*``, the latter generated from ``EngineConfig``), :func:`oxygen_ros.ros.params.task_specs`
+The node declares its parameters from :func:`oxygen_ros.ros.params.node_config.node_specs` (node level and
+``engine.*``, the latter generated from ``EngineConfig``), :func:`oxygen_ros.ros.params.specs.task_specs`
 (``tasks.<name>.*``, from ``TaskConfig``) and ``ACTION_SPACE_LISTS``; the tables are built from the
 same lists, so they cannot drift from what ``ros2 param describe`` says. One argument picks the group:
 
@@ -19,8 +19,8 @@ GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'tasks')
 
 
 def _rows(group: str) -> list[tuple[str, str, str, str]]:
-    from oxygen_ros.ros.node_params import ACTION_SPACE_LISTS, node_specs
-    from oxygen_ros.ros.params import task_specs
+    from oxygen_ros.ros.params.node_config import ACTION_SPACE_LISTS, node_specs
+    from oxygen_ros.ros.params.specs import task_specs
 
     if group == 'tasks':
         specs = [(s, s.name.replace('tasks._name_.', 'tasks.<name>.', 1)) for s in task_specs('_name_')]

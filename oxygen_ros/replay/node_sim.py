@@ -33,7 +33,7 @@ from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk, Observation
 from oxygen_ros.ros.inputs import decode_image
-from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.model_setup import assembler_config
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.ros.streams.switches import ChunkSwitches

@@ -2,7 +2,7 @@
 
 :func:`load_node_config` reads a ``ros__parameters`` YAML file (and ``name:=value`` overrides)
 exactly as the ``oxygen`` node does: a short-lived rclpy node in a private context declares the
-node's parameters (:func:`oxygen_ros.ros.node_params.read_node_config`), so names, defaults, types,
+node's parameters (:func:`oxygen_ros.ros.params.node_config.read_node_config`), so names, defaults, types,
 ranges and error messages are the node's. :class:`TopicMap` resolves the node's relative topic
 names against its namespace (as rcl does), and :func:`check_bag` compares them with a bag's
 topics: a missing camera is a warning (its slot is masked in every frame, as on the robot); a
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.bags.reader import BagInput
 
 __all__ = ['ReplayError', 'ReplaySetupError', 'check_policy', 'load_policy', 'TopicMap', 'check_bag', 'default_params_file', 'load_node_config',
@@ -51,12 +51,12 @@ def default_params_file() -> Path | None:
 
 def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[str] = (),
                      node_name: str = 'oxygen', namespace: str = '/') -> NodeConfig:
-    """The node's configuration from a parameter file (:func:`oxygen_ros.ros.node_params.load_node_config`).
+    """The node's configuration from a parameter file (:func:`oxygen_ros.ros.params.node_config.load_node_config`).
 
     Raises:
         ReplaySetupError: unreadable file, malformed override, or invalid parameters (named).
     """
-    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config as node_load
+    from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config as node_load
 
     try:
         return node_load(params_file, overrides, node_name, namespace)

@@ -30,7 +30,7 @@ from oxygen_ros.ros.convert import (
     image_to_rgb,
 )
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
-from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.ros.qos import qos_from_name
 

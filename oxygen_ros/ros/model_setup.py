@@ -16,7 +16,7 @@ from oxygen_ros.ros.observation import AssemblerConfig
 
 if TYPE_CHECKING:
     from oxygen_ros.core.policy import Pi05Policy
-    from oxygen_ros.ros.node_params import NodeConfig
+    from oxygen_ros.ros.params.node_config import NodeConfig
 
 
 def load_policy(cfg: "NodeConfig", model: str | None = None) -> "Pi05Policy":

@@ -34,11 +34,11 @@ from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.node_status import inference_status
-from oxygen_ros.ros.node_params import NodeConfig, declare_node_params, read_node_config
+from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, read_node_config
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
-from oxygen_ros.ros.params import ParamError
+from oxygen_ros.ros.params.specs import ParamError
 
 __all__ = ['OxygenNode', 'main', 'make_executor']
 

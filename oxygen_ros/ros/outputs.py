@@ -23,7 +23,7 @@ from oxygen_ros.core.action_space import RobotCommand
 from oxygen_ros.core.processing import resize_with_pad
 from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN
-from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
 from oxygen_ros.ros.streams.text import Emit
 

@@ -54,7 +54,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.params import ParamError, declare, read_values
+from oxygen_ros.ros.params.specs import ParamError, declare, read_values
 from oxygen_ros.ros.qos import qos_from_name, reliable_qos
 from oxygen_ros.sim.command_inputs import CommandInputs
 from oxygen_ros.sim.executor import ChunkExecutor, Command

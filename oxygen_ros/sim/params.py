@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rclpy.parameter import Parameter
 
-from oxygen_ros.ros.params import ParamSpec
+from oxygen_ros.ros.params.specs import ParamSpec
 from oxygen_ros.ros.qos import QOS_NAMES
 from oxygen_ros.sim.executor import SOURCES
 from oxygen_ros.sim.scene import DEFAULT_CAMERAS

@@ -169,7 +169,7 @@ def _horizon(out: Path, asked: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 ok, 2 bad input)."""
-    from oxygen_ros.ros.node_params import ParamsFileError, load_node_config
+    from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
 
     args = build_parser().parse_args(argv)
     progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"

@@ -18,7 +18,7 @@ from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk, Observation
 from oxygen_ros.ros.convert import command_messages, primary_values
 from oxygen_ros.ros.model_setup import action_space
-from oxygen_ros.ros.node_params import NodeConfig
+from oxygen_ros.ros.params.node_config import NodeConfig
 
 DROID = ("panda_joint1", "panda_joint2", "panda_joint3", "panda_joint4", "panda_joint5", "panda_joint6",
          "panda_joint7", "gripper")

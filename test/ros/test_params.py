@@ -17,9 +17,9 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from oxygen_ros.core.config import DEFAULT_TASKS, EngineConfig, TaskConfig  # noqa: E402
-from oxygen_ros.ros.node_params import declare_node_params, node_specs, read_node_config  # noqa: E402
+from oxygen_ros.ros.params.node_config import declare_node_params, node_specs, read_node_config  # noqa: E402
 from oxygen_ros.core.rtc.config import RTCConfig  # noqa: E402
-from oxygen_ros.ros.params import ParamError, attribute_docs, engine_specs, rtc_specs, task_specs  # noqa: E402
+from oxygen_ros.ros.params.specs import ParamError, attribute_docs, engine_specs, rtc_specs, task_specs  # noqa: E402
 from ros_helpers import ALOHA_JOINTS, REPO  # noqa: E402
 
 pytestmark = pytest.mark.ros

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from oxygen_ros.core.action_space import ActionSpace
-from oxygen_ros.ros.node_params import ParamsFileError, load_node_config
+from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 

@@ -5,7 +5,7 @@ The engine and language-task parameters are generated from the core dataclasses
 :class:`~oxygen_ros.core.config.TaskConfig` -> ``tasks.<task>.<field>``): names, types and defaults
 come from the dataclass fields (task defaults from ``DEFAULT_TASKS`` where the task is listed
 there), descriptions from the class docstring; only the allowed ranges live here. Node-side
-parameters (topics, QoS, timing) are listed in :mod:`oxygen_ros.ros.node_params`.
+parameters (topics, QoS, timing) are listed in :mod:`oxygen_ros.ros.params.node_config`.
 
 Parameters are declared when the node is created and read (and validated) at *configure*, so a
 bad value never crashes the process: :func:`declare` accepts any value rclpy would refuse (wrong

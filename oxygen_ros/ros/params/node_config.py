@@ -1,7 +1,7 @@
 """The ``oxygen`` node's parameter set and the validated :class:`NodeConfig` built from it.
 
 Node-side parameters (model, device, topics, QoS, timing) are listed here; the engine and task
-parameters are generated from the core dataclasses by :mod:`oxygen_ros.ros.params`. All topic names
+parameters are generated from the core dataclasses by :mod:`oxygen_ros.ros.params.specs`. All topic names
 are relative, so the node's namespace applies.
 """
 
@@ -21,7 +21,7 @@ from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpace
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.streams.text import HEADERS
 from oxygen_ros.core.rtc.config import RTCConfig
-from oxygen_ros.ros.params import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
+from oxygen_ros.ros.params.specs import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
                                    task_specs)
 from oxygen_ros.ros.qos import QOS_NAMES
 
