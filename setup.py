@@ -33,6 +33,7 @@ setup(
             "bag_player = oxygen_ros.bags.player:main",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",
             "oxygen_node = oxygen_ros.ros.node:main",
+            "oxygen = oxygen_ros.ros.cli.main:main",
             "ingress_bench = oxygen_ros.ros.ingress.bench:main",
             "aloha_sim = oxygen_ros.sim.node:main",
             "closed_loop = oxygen_ros.sim.closed_loop.run:main",

@@ -36,7 +36,7 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     'replay': 'oxygen_ros.replay.replay',
     'bag_player': 'oxygen_ros.bags.player', 'record_sim_bag': 'oxygen_ros.sim.record_bag',
     'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'closed_loop': 'oxygen_ros.sim.closed_loop.run',
-    'norm_stats': 'oxygen_ros.stats.tool',
+    'norm_stats': 'oxygen_ros.stats.tool', 'oxygen': 'oxygen_ros.ros.cli.main',
 }
 ROS_SCRIPTS = ('oxygen_node', 'aloha_sim')
 _ENV = re.compile(r'^[A-Z_][A-Z0-9_]*=\S*$')
@@ -187,6 +187,7 @@ def test_marked_command_block_matches_the_code(page: str, line: int, block: str,
     ['oxygen_node', '--ros-args', '--params-file', 'config/missing.yaml'],
     ['ros2', 'launch', 'oxygen_ros', 'oxygen.launch.py', 'no_such_arg:=1'],
     ['ros2', 'topic', 'echo', '/conversation/text'],
+    ['oxygen', 'lifecycle', 'reboot'],
 ])
 def test_the_checker_catches_drift(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises((pytest.fail.Exception, AssertionError)):
@@ -199,6 +200,7 @@ def test_the_checker_catches_drift(argv: list[str], monkeypatch: pytest.MonkeyPa
     ['python', '-m', 'oxygen_ros.replay.replay', 'data/aloha_sim_sample', '--timing', 'recorded'],
     ['oxygen_node', '--ros-args', '--params-file', 'config/aloha.yaml', '-p', 'model:=pi05-tiny'],
     ['ros2', 'launch', 'oxygen_ros', 'oxygen.launch.py', 'model:=pi05-tiny'],
+    ['.venv/bin/oxygen', 'params', 'set', 'tasks.conversation.temperature', '0.7', '--node', '/robot/oxygen'],
 ])
 def test_the_checker_accepts_current_commands(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     check_command(argv, monkeypatch)

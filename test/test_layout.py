@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "stats": {"core", "ros", "bags", "stats"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
-MAX_LINES = 360
+MAX_LINES = 370
 MAX_MODULES_PER_FOLDER = 12
 
 

@@ -8,6 +8,9 @@ same lists, so they cannot drift from what ``ros2 param describe`` says. One arg
 - ``node``: the node-level parameters (names without a dot);
 - ``cameras``, ``engine``, ``action_space``: the parameters under that prefix;
 - ``tasks``: the per-task parameters, as ``tasks.<name>.*``.
+
+The ``live`` column says whether a configured node applies a new value at once (``yes``) or
+refuses it until the next configure (``configure``), from :func:`oxygen_ros.ros.params.live.is_live`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from sphinx.util.docutils import SphinxDirective
 GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'tasks')
 
 
-def _rows(group: str) -> list[tuple[str, str, str, str]]:
+def _rows(group: str) -> list[tuple[str, str, str, str, str]]:
+    from oxygen_ros.ros.params.live import is_live
     from oxygen_ros.ros.params.node_config import ACTION_SPACE_LISTS, node_specs
     from oxygen_ros.ros.params.specs import task_specs
 
@@ -40,9 +44,10 @@ def _rows(group: str) -> list[tuple[str, str, str, str]]:
         default = 'required' if spec.default is None else repr(spec.default)
         if group == 'tasks':
             default = default.replace('_name_', '<name>')
-        rows.append((name, spec.ptype.name.lower(), default, text))
+        live = 'yes' if is_live(spec.name.replace('_name_', 'conversation')) else 'configure'
+        rows.append((name, spec.ptype.name.lower(), default, live, text))
     if group == 'action_space':
-        rows += [(f'action_space.{k}', 'string_array', 'unset', v) for k, v in ACTION_SPACE_LISTS.items()]
+        rows += [(f'action_space.{k}', 'string_array', 'unset', 'configure', v) for k, v in ACTION_SPACE_LISTS.items()]
     return rows
 
 
@@ -57,13 +62,13 @@ class OxygenParams(SphinxDirective):
         if group not in GROUPS:
             raise self.error(f'oxygen-params: unknown group {group!r}; one of {", ".join(GROUPS)}')
         table = nodes.table(classes=['oxygen-params'])
-        tgroup = nodes.tgroup(cols=4)
+        tgroup = nodes.tgroup(cols=5)
         table += tgroup
-        for width in (22, 10, 14, 54):
+        for width in (22, 9, 13, 8, 48):
             tgroup += nodes.colspec(colwidth=width)
         head = nodes.thead()
         tgroup += head
-        head += self._row(('parameter', 'type', 'default', 'description'), literal=False)
+        head += self._row(('parameter', 'type', 'default', 'live', 'description'), literal=False)
         body = nodes.tbody()
         tgroup += body
         for row in _rows(group):

@@ -11,7 +11,12 @@ profiles (reliable unless one was best effort; transient-local only if all were)
 ``--record OUT --record-topics T ...`` also subscribes to the given topics (e.g. the node's
 ``/action_chunk`` and text topics) and writes what arrives into an mcap bag, so a node fed by the
 player can be evaluated offline with the same tools as ``replay``'s output bag.
-Exit status: 0 ok; 2 unusable bag/arguments; 3 the bag could not be read to its end.
+
+Exit status: 0 ok; 2 unusable bag/arguments (an existing ``--record`` folder without
+``--overwrite`` included); 3 the bag could not be read to its end; 4 the recording is empty — no
+message on any ``--record-topics`` topic, or a topic with no message and no publisher at the end
+(the node never configured, so its publishers never appeared; it exited; or the name is wrong).
+The bag is still written; the reason is printed per topic.
 """
 
 from __future__ import annotations
@@ -196,6 +201,7 @@ class BagPlayer:
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of ``bag_player``."""
     p = argparse.ArgumentParser(prog='bag_player', description=__doc__.split('\n\n')[0],
+                                epilog=' '.join(__doc__.split('\n\n')[-1].replace('``', '').split()),
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('bag', type=Path, help='rosbag2 folder or .mcap file')
     p.add_argument('-r', '--rate', type=float, default=1.0)
@@ -209,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--wait-for-subscribers', type=float, default=0.0, metavar='SECONDS',
                    help='wait up to SECONDS until every played topic has a subscriber')
     p.add_argument('--record', type=Path, default=None, metavar='OUT',
-                   help='also record --record-topics into this mcap bag folder')
+                   help='also record --record-topics into this mcap bag folder (new, or --overwrite); '
+                   'exit status 4 when the recording is empty (see below)')
     p.add_argument('--record-topics', nargs='+', default=[], metavar='TOPIC')
     p.add_argument('--record-linger', type=float, default=2.0,
                    help='seconds to keep recording after the bag ended')
@@ -236,10 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.record is not None and not args.record_topics:
         print('bag_player: error: --record needs --record-topics', file=sys.stderr)
         return 2
+    if args.record is not None and (args.record.exists() or args.record.is_symlink()) and not args.overwrite:
+        print(f'bag_player: error: --record {args.record} already exists; pass --overwrite to replace it '
+              'or choose another folder', file=sys.stderr)
+        return 2
     ctx = Context()
     rclpy.init(args=[], context=ctx, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     executor = recorder = spin = node = None
+    empty: list[str] = []
     try:
         with BagInput(args.bag) as bag:
             node = rclpy.create_node('oxygen_bag_player', context=ctx)
@@ -269,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = player.play(args.rate, args.start_offset, args.duration, progress=args.progress)
             if recorder is not None:
                 time.sleep(args.record_linger)
+                empty = recorder.empty()
     except (BagError, ValueError) as exc:
         print(f'bag_player: error: {exc}', file=sys.stderr)
         return 2
@@ -294,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         [f'{n} unreadable messages on {t}' for t, n in stats.lost.items()]
     for p in problems:
         print(f'bag_player: INCOMPLETE: {p}', file=sys.stderr)
+    if empty:
+        print(f'bag_player: EMPTY RECORDING in {args.record}: nothing was published on the recorded topics '
+              "(is the node configured and active? its log says 'active, ready'):", file=sys.stderr)
+        for line in empty:
+            print(f'  {line}', file=sys.stderr)
+        return 4
     return 3 if problems else 0
 
 

@@ -57,6 +57,31 @@ class Recorder:
         """Topics subscribed so far (their type was found in the graph)."""
         return list(self._subs)
 
+    def publishers(self, topic: str) -> int:
+        """Publishers of ``topic`` now (matched by its subscription, else counted in the graph)."""
+        sub = self._subs.get(topic)
+        return sub.get_publisher_count() if sub is not None else self.node.count_publishers(topic)
+
+    def empty(self) -> list[str]:
+        """Why the recording is empty, one line per topic that recorded nothing — or ``[]`` when it
+        is not. It is empty when no topic recorded a message, or when a topic recorded nothing and
+        has no publisher at the end (never in the graph, or its publisher went away: the node never
+        configured, exited, or the name is wrong). Call before :meth:`close`, while the node spins."""
+        with self._lock:
+            counts = dict(self.writer.counts)
+        silent = [(t, self.publishers(t)) for t in self.topics if not counts.get(t)]
+        if len(silent) < len(self.topics) and all(n for _, n in silent):
+            return []
+        lines = []
+        for topic, n in silent:
+            if topic not in self._subs:
+                why = ('never in the graph' if n == 0 else
+                       'its publisher appeared after recording began: not subscribed')
+            else:
+                why = 'no publisher at the end' if n == 0 else f'{n} publisher(s), nothing published'
+            lines.append(f'{topic}: no message ({why})')
+        return lines
+
     def _write(self, topic: str, msg: Any) -> None:
         with self._lock:
             self.writer.write(topic, self.node.get_clock().now().nanoseconds, msg)

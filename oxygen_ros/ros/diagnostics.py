@@ -20,9 +20,9 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from oxygen_ros.core.types import FrameMetrics
 
-__all__ = ['ERROR', 'OK', 'WARN', 'FrameStats', 'ProblemLog', 'build_status']
+__all__ = ['ERROR', 'OK', 'STALE', 'WARN', 'FrameStats', 'ProblemLog', 'build_status']
 
-OK, WARN, ERROR = 0, 1, 2  # DiagnosticStatus levels as ints (the message field is a byte)
+OK, WARN, ERROR, STALE = 0, 1, 2, 3  # DiagnosticStatus levels as ints (the message field is a byte)
 
 
 @dataclass
@@ -169,8 +169,8 @@ def _fmt(value: object) -> str:
 
 def build_status(name: str, hardware_id: str, level: int, message: str,
                  values: dict[str, object]) -> DiagnosticStatus:
-    """A ``DiagnosticStatus`` (``level`` 0 OK, 1 WARN, 2 ERROR) with ``values`` as key/value
-    strings (floats to 3 decimals)."""
+    """A ``DiagnosticStatus`` (``level`` 0 OK, 1 WARN, 2 ERROR, 3 STALE) with ``values`` as
+    key/value strings (floats to 3 decimals)."""
     return DiagnosticStatus(level=bytes([level]), name=name,
                             hardware_id=hardware_id, message=message,
                             values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()])

@@ -7,6 +7,8 @@ moment the engine hands it out (``on_action``, before any language work), then t
 deltas and finished utterances. With no new observation it keeps stepping while any accepted
 language request has not ended (including one asked while no camera streams: it waits in the
 queue and, without an observation, ends as expired with the reason), so every ask is answered.
+An ask taken before the first observation since activation also gets an immediate waiting notice
+on its task's text topic (:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
 Executor callbacks never wait for it.
 """
 
@@ -24,7 +26,7 @@ from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
-from oxygen_ros.ros.streams.text import Utterances
+from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
 
 __all__ = ['InferenceWorker']
 
@@ -53,7 +55,7 @@ class InferenceWorker:
                  camera_sync_s: float = 0.0, *, frames: RobotFrames, text_header: str = 'ask') -> None:
         self._engine, self._asm, self._out, self._stats = engine, assembler, outputs, stats
         self._frames = frames
-        self._sync_s = camera_sync_s
+        self.camera_sync_s = camera_sync_s  # live (the node parameter)
         self._report, self._log = report, logger
         self.utterances = Utterances([t.name for t in engine.cfg.tasks], text_header)
         self._stop = threading.Event()
@@ -64,6 +66,7 @@ class InferenceWorker:
         self._unsent: list[dict] = []  # text of the frame that ran while stopping (publish_unsent)
         self.repeated_observations = 0
         self._last_stamp: float | None = None
+        self.observed = False  # an observation went to the engine since start() (activation)
 
     @property
     def alive(self) -> bool:
@@ -75,6 +78,7 @@ class InferenceWorker:
         if self.alive:
             return
         self._stop.clear()
+        self.observed = False
         self._thread = threading.Thread(target=self._run, name='oxygen-inference', daemon=True)
         self._thread.start()
 
@@ -114,7 +118,21 @@ class InferenceWorker:
         Raises:
             KeyError: unknown task; ValueError: a bad ask (from ``Engine.submit_request``).
         """
-        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text))
+        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text),
+                                      lambda rid: self._waiting(task, rid))
+
+    def _waiting(self, task: str, rid: int) -> None:
+        """Before the first observation since activation, tell the asker at once that its request
+        waits (the answer or the expiry notice follows as usual)."""
+        if self.observed:
+            return
+        if self._asm.received_images() == 0:
+            reason = 'no camera input yet'
+        else:  # images came, but no observation was assembled (e.g. no joint state yet)
+            waiting, _ = self._asm.status()
+            reason = f'no observation yet ({waiting})' if waiting else 'no observation yet'
+        notice = waiting_notice(rid, self._engine.cfg.max_queue_wait_s, reason)
+        self._out.publish_text(task, [Emit('text', notice, rid)])
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -130,7 +148,7 @@ class InferenceWorker:
         got = self._asm.wait_new(_IDLE_WAIT_S)
         obs = None
         if got:
-            end = time.monotonic() + self._sync_s
+            end = time.monotonic() + self.camera_sync_s
             while self._asm.cameras_behind() and time.monotonic() < end:
                 self._asm.wait_new(max(0.0, end - time.monotonic()))
             assembly = self._asm.assemble()
@@ -146,6 +164,7 @@ class InferenceWorker:
             self._last_stamp = obs.stamp
         if obs is not None:
             self._engine.submit_observation(self._frames.observation(obs))
+            self.observed = True
             if self._out.model_input:
                 self._out.publish_model_input(obs.images, obs.stamp)
         result = self._engine.step(on_action=self._on_action)

@@ -9,6 +9,13 @@ built), picked by name and buffered; asks go to ``submit_ask`` (the inference wo
 by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
 Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
 once per kind), never raised.
+
+Input liveness (:class:`~oxygen_ros.ros.streams.liveness.InputWatch`): while active, every camera and
+joint-state message stores its arrival time (monotonic); a small timer (period
+``min(0.25, input_timeout_s / 4)`` s) logs ONE warning when an input goes stale (nothing for more
+than ``input_timeout_s``), ONE info line when it resumes, and once per activation a warning for
+each input that has sent nothing ``2 * input_timeout_s`` after activation. ``/diagnostics`` reads
+the same state (:meth:`InputHandler.liveness`).
 """
 
 from __future__ import annotations
@@ -33,8 +40,12 @@ from oxygen_ros.ros.diagnostics import WARN, ProblemLog
 from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.ros.qos import qos_from_name
+from oxygen_ros.ros.streams.liveness import InputWatch, Liveness
 
-__all__ = ['decode_image', 'InputHandler']
+__all__ = ['JOINT_STATES', 'decode_image', 'InputHandler']
+
+#: Name of the joint-state input in liveness messages and ``/diagnostics`` keys (cameras: ``camera <slot>``).
+JOINT_STATES = 'joint_states'
 
 
 def decode_image(msg: Image | CompressedImage) -> np.ndarray:
@@ -77,17 +88,22 @@ class InputHandler:
         self.zero_stamps = 0
         self.stamps = StampBook()
         self._subs: list[Any] = []
+        self.topics: dict[str, str] = {}  # input name (liveness) -> resolved topic
+        self.ask_topics: dict[str, str] = {}  # task -> resolved ask topic
         sensors = MutuallyExclusiveCallbackGroup()
         language = MutuallyExclusiveCallbackGroup()
         cam_qos = qos_from_name(cfg.camera_qos)
         for slot, (topic, kind) in cfg.cameras.items():
             msg_type = CompressedImage if kind == 'compressed' else Image
+            name = f'camera {slot}'
             self._subs.append(node.create_subscription(
-                msg_type, topic, lambda m, s=slot: self._on_image(s, m), cam_qos,
+                msg_type, topic, lambda m, s=slot, n=name: self._on_image(s, n, m), cam_qos,
                 callback_group=sensors))
+            self.topics[name] = self._subs[-1].topic_name
         self._subs.append(node.create_subscription(
             JointState, cfg.joint_state_topic, self._on_joint_state,
             qos_from_name(cfg.joint_state_qos), callback_group=sensors, raw=True))
+        self.topics[JOINT_STATES] = self._subs[-1].topic_name
         self._subs.append(node.create_subscription(
             String, cfg.instruction_topic, self._on_instruction, qos_from_name(cfg.instruction_qos),
             callback_group=language))
@@ -96,13 +112,61 @@ class InputHandler:
                 self._subs.append(node.create_subscription(
                     String, topics.ask, lambda m, t=task: self._on_ask(t, m),
                     qos_from_name(cfg.ask_qos), callback_group=language))
+                self.ask_topics[task] = self._subs[-1].topic_name
+        self.watch = InputWatch(list(self.topics), cfg.input_timeout_s)
+        self._arrived = self.watch.last  # the callbacks' one store per message
+        self._watch_timer = node.create_timer(min(0.25, cfg.input_timeout_s / 4), self._check_inputs,
+                                              callback_group=sensors)
 
     def destroy(self) -> None:
-        """Destroy every subscription."""
+        """Destroy every subscription and the liveness timer."""
         self.active = False
         for sub in self._subs:
             self._node.destroy_subscription(sub)
         self._subs.clear()
+        if self._watch_timer is not None:
+            self._node.destroy_timer(self._watch_timer)
+            self._watch_timer = None
+
+    def reconfigure(self, cfg: NodeConfig) -> None:
+        """Take the node's live parameters (``input_timeout_s`` and ``time_jump_s`` in messages; the
+        assembler holds the rest): the stale threshold, its grace period and the check period."""
+        self._cfg = cfg
+        self.watch.timeout_s, self.watch.grace_s = cfg.input_timeout_s, 2.0 * cfg.input_timeout_s
+        if self._watch_timer is not None:
+            self._watch_timer.timer_period_ns = int(min(0.25, cfg.input_timeout_s / 4) * 1e9)
+
+    def activate(self) -> None:
+        """Start taking input (at activation); the liveness watch starts from now."""
+        self.watch.start(self._now())
+        self.active = True
+
+    def describe(self) -> str:
+        """One line: the cameras (slot and topic), the joint-state topic and the ask topics."""
+        cams = ', '.join(f'{n[len("camera "):]} {t}' for n, t in self.topics.items() if n != JOINT_STATES)
+        asks = ', '.join(f'{t} ({task})' for task, t in self.ask_topics.items()) or 'none'
+        return f'cameras {cams}; joint states {self.topics[JOINT_STATES]}; asks {asks}'
+
+    def liveness(self, now: float) -> Liveness:
+        """The inputs' liveness at ``now`` (monotonic seconds); empty while not active."""
+        return self.watch.state(now) if self.active else Liveness()
+
+    def _check_inputs(self) -> None:
+        """Liveness timer: log each input's transitions once (stale, resumed, silent since activation)."""
+        if not self.active:
+            return
+        log = self._node.get_logger()
+        for c in self.watch.check(self._now()):
+            where = f'{c.name} on {self.topics[c.name]}'
+            if c.kind == 'stale':
+                log.warning(f'input stale: {where} has sent nothing for {c.seconds:.1f} s '
+                            f'(input_timeout_s {self._cfg.input_timeout_s:g}); /diagnostics warns until it resumes')
+            elif c.kind == 'resumed':
+                log.info(f'input resumed: {where} (silent for about {c.seconds:.1f} s)')
+            else:
+                tail = ('its slot is masked' if c.name != JOINT_STATES
+                        else 'no observation can be assembled without joint states')
+                log.warning(f'{where} has sent nothing since activation ({c.seconds:.1f} s); {tail}')
 
     # ------------------------------------------------------------------ helpers
     def _report(self, kind: str, message: str, level: int = WARN) -> None:
@@ -130,10 +194,11 @@ class InputHandler:
             self._on_time_jump()
 
     # ------------------------------------------------------------------ callbacks
-    def _on_image(self, slot: str, msg: Image | CompressedImage) -> None:
+    def _on_image(self, slot: str, name: str, msg: Image | CompressedImage) -> None:
         if not self.active:
             self.ignored_inactive += 1
             return
+        self._arrived[name] = self._now()
         stamp = self._stamp(msg, f'camera {slot}')
         self._verdict(self._asm.add_image(slot, stamp, msg), f'camera {slot}', stamp)
 
@@ -144,6 +209,7 @@ class InputHandler:
             counts['inactive'] += 1
             self.ignored_inactive += 1
             return
+        self._arrived[JOINT_STATES] = self._now()
         try:
             sec, nanosec, state = self._joints.decode(data)
         except JointStateError as exc:

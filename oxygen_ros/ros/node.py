@@ -24,16 +24,19 @@ import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 
 from oxygen_ros.ros.distro import events_executor
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.node_status import inference_status
+from oxygen_ros.ros.params.live import apply_live
 from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, read_node_config
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.observation import ObservationAssembler
@@ -68,6 +71,7 @@ class OxygenNode(LifecycleNode):
             period = 1.0  # an invalid value is reported at configure
         self._diag_timer = self.create_timer(float(period), self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
+        self.add_on_set_parameters_callback(self._on_set_parameters)  # live changes (params/live.py)
 
     # ------------------------------------------------------------------ helpers
     def report(self, kind: str, message: str, level: int = WARN) -> None:
@@ -75,6 +79,27 @@ class OxygenNode(LifecycleNode):
         if self.problems.report(kind, message, time.monotonic(), level):
             log = self.get_logger().error if level >= ERROR else self.get_logger().warning
             log(f'{kind}: {message}')
+
+    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        """A parameter change (``ros2 param set``, ``oxygen params set``): in *unconfigured* every
+        value is accepted (read at configure); a configured node applies live ones from the next
+        frame and refuses the others with how to apply them (:mod:`oxygen_ros.ros.params.live`)."""
+        if self.lifecycle_state not in ('inactive', 'active') or self.engine is None:
+            return SetParametersResult(successful=True)
+        try:
+            reason = apply_live(self, {p.name: p.value for p in params})
+        except Exception as exc:  # racing a transition: refuse, never raise into rclpy
+            reason = f'not applied: {type(exc).__name__}: {exc}'
+        if reason:
+            self.get_logger().warning(f'parameter change refused: {reason}')
+        else:
+            self.get_logger().info('applied live: ' + ', '.join(f'{p.name}={p.value!r}' for p in params))
+        return SetParametersResult(successful=not reason, reason=reason)
+
+    def set_diagnostics_period(self, period_s: float) -> None:
+        """Publish ``/diagnostics`` every ``period_s`` seconds from now on."""
+        self._diag_timer.timer_period_ns = int(period_s * 1e9)
+        self._diag_timer.reset()
 
     def _on_time_jump(self) -> None:
         if self.outputs is not None:
@@ -135,8 +160,9 @@ class OxygenNode(LifecycleNode):
             self._command_timer = self.create_timer(1.0 / self.cfg.action_rate_hz, self._command_tick,
                                                     callback_group=self._command_group)
         self.worker.start()
-        self.inputs.active = True
+        self.inputs.activate()
         self.lifecycle_state = 'active'
+        self.get_logger().info(f'active, ready: {self.inputs.describe()}')
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:

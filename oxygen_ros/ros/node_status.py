@@ -1,12 +1,16 @@
 """The ``<node>: inference`` DiagnosticStatus of the ``oxygen`` node.
 
-Level and message: ERROR when configure failed or inference raised recently; WARN while not
-active, while waiting for input, with masked (stale) cameras, or after recent dropped input;
+Level and message: ERROR when configure failed or inference raised recently; STALE when every
+input (each camera, the joint states) has stopped; WARN while not active, while an input has sent
+nothing for more than ``input_timeout_s`` (``stale: joint_states 3.2 s, camera base_0_rgb 3.1 s``),
+while waiting for input, with masked (stale) cameras, or after recent dropped input;
 WARN too while the engine is not ready (warm-up), when a compiled stage fell back to eager (with
 the reason), or when a compiled stage recompiled after warm-up. OK otherwise. Key/values: lifecycle state, engine readiness / warm-up time / compile mode, model, device, dtype, rates (frame, chunk, action = H/T,
 command), tok/s, p50/p99 frame time, schedule and its metrics (chunk latency with / without
 language load, batcher busy fraction, tokens per frame), decode batch, requests running/queued, KV blocks in use /
-total, deadline misses and every drop counter; per language task the request accounting
+total, deadline misses and every drop counter; while active, per input the seconds since its
+last message (``since_last_message_s <input>``, -1 when nothing arrived since activation); per
+language task the request accounting
 (``requests_<task>_submitted`` / finished / rejected / expired / failed / cancelled / in_flight)
 and, per output topic, the subscriptions its publisher has matched (``subscribers <topic>``).
 """
@@ -17,7 +21,7 @@ from typing import Any, Protocol
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
-from oxygen_ros.ros.diagnostics import ERROR, OK, WARN, FrameStats, ProblemLog, build_status
+from oxygen_ros.ros.diagnostics import ERROR, OK, STALE, WARN, FrameStats, ProblemLog, build_status
 
 __all__ = ['NodeView', 'compile_notes', 'inference_status']
 
@@ -68,6 +72,8 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
         values.update({f'joint_states_{k}': v for k, v in node.inputs.joint_state_counts.items()})
+        values.update({f'since_last_message_s {k}': -1 if v is None else v
+                       for k, v in node.inputs.liveness(now).ages.items()})
     if node.outputs is not None:
         values.update(node.outputs.subscribers())
     values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
@@ -95,15 +101,21 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     if node.lifecycle_state != 'active':
         return build_status(name, hw, WARN, f'not active ({node.lifecycle_state})', values)
     level, parts = OK, []
+    live = node.inputs.liveness(now)
+    if live.stale:
+        level = STALE if live.all_stopped else WARN
+        parts.append('stale: ' + ', '.join(f'{n} {s:.1f} s' for n, s in live.stale))
+        if live.all_stopped:
+            parts.append('every input has stopped')
     waiting, notes = node.assembler.status()
-    parts = ([waiting] if waiting else []) + list(notes)
+    parts += ([waiting] if waiting else []) + list(notes)
     if parts:
-        level = WARN
+        level = max(level, WARN)
     if not values.get('ready', True):
-        level, parts = WARN, parts + ['engine warming up (compiling shapes)']
+        level, parts = max(level, WARN), parts + ['engine warming up (compiling shapes)']
     compile_parts = compile_notes(values) + ([str(values['rtc_note'])] if 'rtc_note' in values else [])
     if compile_parts:
-        level, parts = WARN, parts + compile_parts
+        level, parts = max(level, WARN), parts + compile_parts
     for plevel, kind, message, count in node.problems.recent(now):
         level = max(level, plevel)
         parts.append(f'{kind} x{count}: {message}')

@@ -310,6 +310,11 @@ class ObservationAssembler:
                               stamp=stamp)
         return Assembly(observation=obs, stale=notes, errors=errors)
 
+    def received_images(self) -> int:
+        """Camera images taken since the last :meth:`clear` (activation), every camera together."""
+        with self._lock:
+            return sum(c.received for c in self._cams.values())
+
     def counts(self) -> dict[str, int]:
         """Counters: out-of-order drops, time jumps, image decode errors, images per camera, and
         ``state_offset_us``: absolute difference of the newest image's and the matched joint state's stamps in the last observation

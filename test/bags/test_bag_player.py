@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from oxygen_ros.core.config import get_preset
 from oxygen_ros.ros.qos import reliable_qos
 from oxygen_ros.bags.reader import BagInput
 from oxygen_ros.bags.player import BagPlayer, main, qos_from_recorded
+from oxygen_ros.ros.streams.text import is_waiting_notice
 from oxygen_ros.sim.scene import JOINT_NAMES
 
 pytestmark = pytest.mark.ros
@@ -171,6 +173,56 @@ def test_feeds_the_oxygen_node_and_records_its_outputs(tmp_path):
         assert len(msg.points) == get_preset('pi05-tiny').action_horizon
         assert np.abs(cams - _stamp_ns(msg)).min() < 30_000_000  # stamped by a bag observation
     texts = [deserialize_message(r, String).data for r in out.get('/conversation/text', [])]
+    texts = [t for t in texts if not is_waiting_notice(t)]  # an ask ahead of the first observation
     assert len(texts) == 4, (play.stdout, log)  # the bag's four asks, answered
     deltas = ''.join(deserialize_message(r, String).data for r in out['/conversation/delta'])
     assert deltas == ''.join(texts)
+
+
+def test_record_into_an_existing_folder_names_overwrite(tmp_path, capsys):
+    rec = tmp_path / 'rec'
+    rec.mkdir()
+    assert main([str(SAMPLE_BAG), '--record', str(rec), '--record-topics', '/action_chunk']) == 2
+    err = capsys.readouterr().err
+    assert f'--record {rec} already exists; pass --overwrite' in err, err
+
+
+def _record(dom: int, rec, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, '-m', 'oxygen_ros.bags.player', str(SAMPLE_BAG), '--topics', '/joint_states',
+         '--rate', '10', '--duration', '2', '--record', str(rec), '--record-linger', '0.5', *extra],
+        cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=120)
+
+
+def test_an_empty_recording_exits_4_and_says_why_per_topic(tmp_path):
+    """Nothing published on the recorded topics (no node at all): exit status 4, each topic named
+    with the reason; the (empty) bag is still written. A recording with messages exits 0."""
+    with domain_id() as dom:
+        play = _record(dom, tmp_path / 'empty', '--record-topics', '/action_chunk', '/conversation/text')
+        assert play.returncode == 4, play.stdout + play.stderr
+        assert 'EMPTY RECORDING' in play.stderr and "'active, ready'" in play.stderr, play.stderr
+        assert '/action_chunk: no message (never in the graph)' in play.stderr, play.stderr
+        assert '/conversation/text: no message (never in the graph)' in play.stderr, play.stderr
+        assert (tmp_path / 'empty' / 'metadata.yaml').is_file()
+        # the player's own topic is in the graph with a publisher: recorded, exit 0
+        play = _record(dom, tmp_path / 'self', '--record-topics', '/joint_states')
+        assert play.returncode == 0, play.stdout + play.stderr
+        assert 'EMPTY' not in play.stderr
+
+
+@pytest.mark.slow
+def test_a_node_that_failed_to_configure_gives_an_empty_recording_exit_4(tmp_path):
+    """The node is up but its configure failed (a bad parameter): its output publishers never
+    appear, so the recording is empty; the player says so and exits 4 (it used to exit 0)."""
+    with domain_id() as dom:
+        params = {'model': 'pi05-tiny', 'num_threads': 1, 'engine.block_size': 0}
+        log = tmp_path / 'node.log'
+        with node_process(dom, log, REPO / 'config' / 'oxygen.yaml', params) as node:
+            end = time.monotonic() + 60
+            while 'configure failed' not in log.read_text() and time.monotonic() < end:
+                time.sleep(0.1)
+            assert 'engine.block_size' in log.read_text(), log.read_text()
+            play = _record(dom, tmp_path / 'rec', '--record-topics', '/action_chunk', '/conversation/text')
+            assert node.poll() is None, log.read_text()
+    assert play.returncode == 4, play.stdout + play.stderr
+    assert '/action_chunk: no message (never in the graph)' in play.stderr, play.stderr

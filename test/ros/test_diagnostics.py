@@ -43,3 +43,37 @@ def test_compile_notes_name_each_eager_fallback_with_its_reason_and_every_recomp
         "compiled decode stage fell back to eager (5 graphs exceed the budget of 4 (...))",
         "recompiled after warm-up: decode x3, prefill x1 (an input shape warm-up did not cover)"]
     assert compile_notes({"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 5}) == []
+
+
+def test_stopped_inputs_turn_the_status_warn_then_stale_and_back_to_ok():
+    """An input silent past input_timeout_s: WARN naming it and for how long; every input
+    stopped: STALE; all sending again: OK ("running")."""
+    from types import SimpleNamespace
+
+    from oxygen_ros.ros.diagnostics import ProblemLog
+    from oxygen_ros.ros.node_status import inference_status
+    from oxygen_ros.ros.streams.liveness import InputWatch
+
+    watch = InputWatch(["camera base_0_rgb", "joint_states"], timeout_s=1.0)
+    inputs = SimpleNamespace(liveness=watch.state)
+    node = SimpleNamespace(cfg=None, policy=None, inputs=inputs, problems=ProblemLog(), configure_error="",
+                           lifecycle_state="active", assembler=SimpleNamespace(status=lambda: (None, [])),
+                           get_name=lambda: "oxygen",
+                           get_parameter=lambda name: SimpleNamespace(value="pi05-tiny" if name == "model" else "cpu"))
+    watch.start(0.0)
+    watch.seen("camera base_0_rgb", 3.0)
+    watch.seen("joint_states", 3.0)
+    st = inference_status(node, 3.5)
+    assert st.level[0] == 0 and st.message.startswith("running"), st.message
+    watch.seen("camera base_0_rgb", 6.1)  # the joint states stop at 3.0
+    st = inference_status(node, 6.2)
+    assert st.level[0] == 1 and st.message == "stale: joint_states 3.2 s", st.message
+    st = inference_status(node, 7.2)  # the camera too: every input has stopped
+    assert st.level[0] == 3 and st.message == "stale: joint_states 4.2 s, camera base_0_rgb 1.1 s; every input has stopped"
+    node.problems.report("frame_dropped", "x", 7.2, 2)  # an ERROR does not hide STALE
+    assert inference_status(node, 7.2).level[0] == 3
+    node.problems.clear()
+    watch.seen("camera base_0_rgb", 8.0)
+    watch.seen("joint_states", 8.0)
+    st = inference_status(node, 8.1)
+    assert st.level[0] == 0 and st.message.startswith("running"), st.message

@@ -1,7 +1,7 @@
 """InferenceWorker's frame handling (no ROS node): contained engine faults are reported by kind
 with the traceback logged once per kind; a rejected, expired or failed request is counted, reported
 and reaches its task's text topic as an end-of-utterance message saying why; an ask made while no
-camera streams is still answered."""
+camera streams gets an immediate waiting notice and is still answered."""
 
 import time
 
@@ -16,6 +16,7 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 from oxygen_ros.ros.diagnostics import ERROR, FrameStats, ProblemLog
 from oxygen_ros.ros.inference import InferenceWorker
+from oxygen_ros.ros.streams.text import is_waiting_notice
 
 
 class FakeOutputs:
@@ -77,9 +78,18 @@ def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
 class NoCamera:
     """The assembler of a node whose cameras never deliver (or have stopped)."""
 
+    def __init__(self, images=0, waiting="waiting for camera images on base_0_rgb"):
+        self.images, self.waiting = images, waiting
+
     def wait_new(self, timeout):
         time.sleep(min(timeout, 0.005))
         return False
+
+    def received_images(self):
+        return self.images
+
+    def status(self):
+        return self.waiting, []
 
 
 @pytest.mark.parametrize("schedule", ["serial", "concurrent"])
@@ -95,11 +105,15 @@ def test_an_ask_while_no_camera_streams_is_answered_with_the_reason(schedule):
     out, log = FakeOutputs(), FakeLog()
     worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
     rid = worker.ask("conversation", "anyone there?")
+    # at once, before any frame: the waiting notice, on the text topic only, without a header
+    assert out.texts == [("conversation", "text", f"[request {rid} waiting: no camera input yet; it waits up to "
+                                                  "0.2 s (engine.max_queue_wait_s) for an observation]")]
     end = time.monotonic() + 30
-    while time.monotonic() < end and not [t for t in out.texts if t[1] == "text"]:
+    while time.monotonic() < end and len([t for t in out.texts if t[1] == "text"]) < 2:
         worker._once()
     texts = [t[2] for t in out.texts if t[1] == "text"]
-    assert texts and texts[0].startswith(f"[#{rid} Q: anyone there?] [request {rid} expired: waited"), out.texts
+    assert len(texts) == 2 and is_waiting_notice(texts[0]), out.texts
+    assert texts[1].startswith(f"[#{rid} Q: anyone there?] [request {rid} expired: waited"), out.texts
     assert worker.expired_requests == 1 and eng.in_flight == 0
     assert worker.snapshot["requests_conversation_expired"] == 1
     assert worker.snapshot["requests_conversation_submitted"] == 1
@@ -119,6 +133,8 @@ def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
     out, log = FakeOutputs(), FakeLog()
     worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
     running, queued = worker.ask("conversation", "first?"), worker.ask("conversation", "second?")
+    assert [is_waiting_notice(t[2]) for t in out.texts] == [True, True]  # no observation yet
+    del out.texts[:]
     for i in range(3):  # the first request decodes a few tokens; the second waits (one may run)
         eng.submit_observation(obs(i))
         worker._handle(eng.step())
@@ -140,4 +156,26 @@ def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
     assert row["requests_conversation_submitted"] == 2 and row["requests_conversation_cancelled"] == 2
     assert row["requests_conversation_in_flight"] == 0
     eng.check_invariants()
+    eng.close()
+
+
+def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missing():
+    """After the first observation since activation an ask gets no waiting notice; with camera
+    images but no observation (no joint state yet) the notice says what the assembler waits for;
+    ``start()`` (activation) forgets the observation."""
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=2),)))
+    out = FakeOutputs()
+    worker = InferenceWorker(eng, NoCamera(images=3, waiting="waiting for joint states"), out, FrameStats(),
+                             lambda *a: None, FakeLog(), frames=None)
+    rid = worker.ask("conversation", "a?")
+    assert out.texts == [("conversation", "text", f"[request {rid} waiting: no observation yet (waiting for "
+                                                  "joint states); it waits up to 30.0 s (engine.max_queue_wait_s) "
+                                                  "for an observation]")]
+    worker.observed = True  # what _once sets when it hands an observation to the engine
+    worker.ask("conversation", "b?")
+    assert len(out.texts) == 1
+    worker.start()
+    worker.stop()
+    assert not worker.observed
     eng.close()

@@ -7,7 +7,8 @@ import pytest
 
 from oxygen_ros.ros.streams.commands import CommandStream
 from oxygen_ros.core.engine.requests import RequestStatus
-from oxygen_ros.ros.streams.text import Emit, TaskTextStream, Utterances, end_notice
+from oxygen_ros.ros.streams.text import (Emit, TaskTextStream, Utterances, end_notice, is_waiting_notice,
+                                         waiting_notice)
 
 
 def chunk(h=5, n=2, base=0.0):
@@ -177,3 +178,29 @@ def test_text_stream_sends_nul_as_replacement_so_deltas_still_add_up_on_the_wire
     wire = [deserialize_message(serialize_message(String(data=e.text)), String).data for e in out]
     assert wire == ['[#1] ', 'ab\ufffdc', '\ufffd', '[#1] ab\ufffdc\ufffd']
     assert ''.join(wire[:-1]) == wire[-1]
+
+
+def test_waiting_notice_says_request_reason_and_the_queue_wait_and_is_recognised_by_its_prefix():
+    assert waiting_notice(3, 30.0) == ('[request 3 waiting: no camera input yet; it waits up to 30.0 s '
+                                       '(engine.max_queue_wait_s) for an observation]')
+    assert waiting_notice(12, 2.5, 'no observation yet (waiting for joint states)') == (
+        '[request 12 waiting: no observation yet (waiting for joint states); it waits up to 2.5 s '
+        '(engine.max_queue_wait_s) for an observation]')
+    assert waiting_notice(4, 0.0) == ('[request 4 waiting: no camera input yet; it waits for an observation '
+                                      '(engine.max_queue_wait_s = 0: no limit)]')
+    for n in (3, 12, 4):
+        assert waiting_notice(n, 1.0).startswith(f'[request {n} waiting:')
+        assert is_waiting_notice(waiting_notice(n, 1.0))
+    for other in ('[request 3 expired: waited 30.0 s in the queue]', '[#3 Q: waiting: now?] yes',
+                  '[request x waiting: no]', 'waiting: [request 3', ''):
+        assert not is_waiting_notice(other), other
+
+
+def test_utterances_call_opened_with_the_request_id_before_any_frame_output():
+    u = Utterances(['conversation'], 'id')
+    seen = []
+    rid = u.submit('conversation', 'q?', lambda: 9, opened=seen.append)
+    assert rid == 9 and seen == [9]
+    with pytest.raises(ValueError):
+        u.submit('conversation', 'bad', lambda: (_ for _ in ()).throw(ValueError('no')), opened=seen.append)
+    assert seen == [9] and u.pending == 1

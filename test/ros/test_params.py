@@ -164,3 +164,69 @@ def test_shipped_parameter_files_are_valid(name, cameras, joints):
     assert cfg.engine.task('memory').every_n_frames > 0
     names = {s.name for s in node_specs()}
     assert {'model', 'device', 'joint_names', 'control_period_s', 'action_rate_hz'} <= names
+
+
+TYPO_FILE = """\
+/**/oxygen:
+  ros__parameters:
+    model: pi05-tiny
+    joint_names: [a, b]
+    cameras:
+      base_0_rgb: {topic: cam}
+    camera_max_age: 0.5
+    engine:
+      tokens_per_fram: 4
+/**/aloha_sim:
+  ros__parameters:
+    seed: 3
+    real_time_factor: 0.5
+"""
+
+
+def test_misspelled_names_in_a_params_file_fail_configure_with_suggestions(tmp_path):
+    path = tmp_path / 'typos.yaml'
+    path.write_text(TYPO_FILE)
+    with param_node('--params-file', str(path)) as node:
+        with pytest.raises(ParamError) as info:
+            read_node_config(node)
+    msg = str(info.value)
+    assert 'unknown parameter camera_max_age (did you mean camera_max_age_s?)' in msg
+    assert 'unknown parameter engine.tokens_per_fram (did you mean engine.tokens_per_frame?)' in msg
+    assert 'seed' not in msg and 'real_time_factor' not in msg  # the other node's section is not ours
+
+
+def test_replay_refuses_a_params_file_with_typos(tmp_path):
+    from oxygen_ros.replay.prepare import ReplaySetupError, load_node_config
+    path = tmp_path / 'typos.yaml'
+    path.write_text(TYPO_FILE)
+    with pytest.raises(ReplaySetupError) as info:
+        load_node_config(path)
+    assert 'did you mean camera_max_age_s?' in str(info.value)
+    assert 'did you mean engine.tokens_per_frame?' in str(info.value)
+    with pytest.raises(ReplaySetupError, match=r'unknown parameter engine\.tokens_per_fram '):  # -p typos too
+        load_node_config(None, ['model:=pi05-tiny', 'joint_names:=[a]', 'cameras.base_0_rgb.topic:=c',
+                                'engine.tokens_per_fram:=3'])
+
+
+def test_unknown_task_parameters_name_the_task_list_and_qos_overrides_pass():
+    args = [*MINIMAL, '-p', 'tasks.narration.every_n_frames:=5', '-p',
+            'qos_overrides./joint_states.subscription.depth:=5', '-p', 'use_sim_time:=false']
+    with param_node(*args) as node:
+        with pytest.raises(ParamError) as info:
+            read_node_config(node)
+    msg = str(info.value)
+    assert "unknown parameter tasks.narration.every_n_frames (task 'narration' is not in task_names" in msg
+    assert 'qos_overrides' not in msg and 'use_sim_time' not in msg
+
+
+def test_optional_lists_and_shipped_profiles_are_known_names():
+    args = [*MINIMAL, '-p', 'action_space.flip_joints:=[a]', '-p', 'state_joint_names:=[a,b]']
+    with param_node(*args) as node:
+        read_node_config(node)  # declared while reading: not unknown
+    for name in ('aloha.yaml', 'droid.yaml', 'libero.yaml', 'sim.yaml'):
+        extra = [] if name != 'sim.yaml' else ['-p', 'model:=pi05-tiny']
+        with param_node('--params-file', str(REPO / 'config' / name), *extra) as node:
+            try:
+                read_node_config(node)
+            except ParamError as exc:
+                assert 'unknown parameter' not in str(exc), name

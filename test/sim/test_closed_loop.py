@@ -134,3 +134,15 @@ def test_report_shows_the_chunk_switch_figures():
     line = switch_line({'switches': 0.0, 'switches_after_hold': 0.0, 'switch_jump_median': nan,
                         'switch_jump_max': nan})
     assert line == 'no measured chunk switches; 0 after a hold (not measured)'
+
+
+@pytest.mark.ros
+def test_a_misspelled_oxygen_parameter_stops_the_loop_before_it_starts(tmp_path):
+    with domain_id() as dom:
+        proc = subprocess.run(
+            [sys.executable, '-m', 'oxygen_ros.sim.closed_loop.run', '--domain-id', str(dom), '--model',
+             'pi05-tiny', '--log-dir', str(tmp_path / 'logs'), '--oxygen-param', 'engine.tokens_per_fram:=2'],
+            cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert 'unknown parameter engine.tokens_per_fram (did you mean engine.tokens_per_frame?)' in proc.stderr
+    assert 'started aloha_sim' not in proc.stdout  # nothing was started

@@ -17,11 +17,11 @@ import threading
 import time
 from typing import Callable
 
-
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
 from ..cache.sizing import size_for
 from ..config import EngineConfig
+from ..live import live_configs
 from ..model.flow import euler_times
 from ..policy import Pi05Policy, frame_noise
 from ..rtc.config import RTCConfig
@@ -63,6 +63,7 @@ class Engine:
         self.handover = ChunkHandover(self.rtc, policy.normalizer, mc.action_horizon, mc.action_dim,
                                       euler_times(self.num_steps)[0])  # real-time chunking (core.rtc)
         self._obs_at, self._taken_at, self._explicit, self._taken_explicit = 0.0, 0.0, None, None
+        self._rtc_next: RTCConfig | None = None  # reconfigure(): the hand-over takes it at the next frame
         self.frame_id = 0
         self.dropped_observations = 0
         self._lock = threading.Lock()
@@ -111,12 +112,27 @@ class Engine:
             self._cancels.add(request_id)
             return True
 
+    def reconfigure(self, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None) -> None:
+        """Take new live settings (any thread): requests submitted from now on and the next frame use
+        ``cfg``, the next chunk ``rtc`` (``None``: unchanged; :mod:`..live` lists the live fields).
+
+        Raises:
+            ConfigError: a field that is not live differs (named), or a value is invalid.
+        """
+        cfg, rtc = live_configs(self.cfg, cfg, self.rtc, rtc)
+        with self._lock:  # submit_request reads the task settings under this lock
+            self.cfg = self.runner.cfg = self.scheduler.cfg = self.book.cfg = cfg
+            self.rtc = self._rtc_next = rtc
+
     def _drain(self) -> tuple[Observation | None, list[LanguageRequest], set[int]]:
         with self._lock:
             obs, self._obs = self._obs, None
             self._taken_at, self._taken_explicit = self._obs_at, self._explicit
             new, self._new = self._new, []
             cancels, self._cancels = self._cancels, set()
+            rtc, self._rtc_next = self._rtc_next, None
+        if rtc is not None:
+            self.handover.reconfigure(rtc)
         return obs, new, cancels
 
     def _drain_cancels(self) -> set[int]:

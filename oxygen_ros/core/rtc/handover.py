@@ -116,6 +116,14 @@ class ChunkHandover:
         self.last_jump, self._last, self._pending, self._left = None, None, "first", None
         self.delay = self._used_delay = self.cfg.inference_delay
 
+    def reconfigure(self, cfg: RTCConfig) -> None:
+        """New settings from the next chunk on (the stepping thread; the engine checks that only
+        per-chunk fields changed, :data:`oxygen_ros.core.live.LIVE_RTC_FIELDS`); the measured
+        latencies are kept, up to the new ``delay_window``."""
+        self.cfg = cfg.validate()
+        if self.latencies.maxlen != cfg.delay_window:
+            self.latencies = deque(self.latencies, maxlen=cfg.delay_window)
+
     def forget(self, reason: str) -> None:
         """Drop the last chunk: the next one is denoised without guidance, counted as ``reason``
         (one of :data:`UNGUIDED_REASONS`)."""

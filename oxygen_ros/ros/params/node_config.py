@@ -21,6 +21,7 @@ from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpace
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.streams.text import HEADERS
 from oxygen_ros.core.rtc.config import RTCConfig
+from oxygen_ros.ros.params.names import unknown_parameters
 from oxygen_ros.ros.params.specs import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
                                    task_specs)
 from oxygen_ros.ros.qos import QOS_NAMES
@@ -99,6 +100,9 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec('command_max_hold_s', _F, 0.5, 'Hold the last point of an exhausted chunk at most '
                   'this long, then stop commanding, seconds.', 0.0, 60.0),
         ParamSpec('diagnostics_period_s', _F, 1.0, 'Period of /diagnostics, seconds.', 0.05, 60.0),
+        ParamSpec('input_timeout_s', _F, 1.0, 'An input (a camera, the joint states) that has sent '
+                  'nothing for this long while active is stale: logged once and a WARN on /diagnostics '
+                  '(STALE when every input has stopped); wall-clock seconds.', 0.01, 3600.0),
         ParamSpec('debug_model_input', _B, False, 'Publish what the model sees per slot as rgb8 '
                   'images on ~/model_input/<slot>.'),
         ParamSpec('task_names', _SA, [t.name for t in DEFAULT_TASKS], 'Language tasks; each has '
@@ -154,6 +158,7 @@ class NodeConfig:
     diagnostics_period_s: float
     debug_model_input: bool
     text_header: str = 'ask'
+    input_timeout_s: float = 1.0
     position_action_topic: str = 'action_chunk_positions'
     state_joint_names: tuple[str, ...] = ()  # read_node_config fills it (= joint_names when unset)
     action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
@@ -223,7 +228,8 @@ def read_node_config(node: Node) -> NodeConfig:
 
     Raises:
         ParamError: every invalid parameter, by name (types, ranges, choices, required values,
-            cross-checks), or the first complaint of the core dataclasses' own ``validate()``.
+            cross-checks, names the node does not declare — with the closest declared name), or the
+            first complaint of the core dataclasses' own ``validate()``.
     """
     declare_node_params(node)
     values, problems = collect_values(node, node_specs())
@@ -260,6 +266,7 @@ def read_node_config(node: Node) -> NodeConfig:
             and values.get('command_type') == 'joint_state'):
         problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
                         "commands are not joint states; use command_type: float64_multi_array")
+    problems += unknown_parameters(node, names)  # after every declaration above
     if problems:
         raise ParamError(problems)
     topics, tasks = {}, []
@@ -286,7 +293,8 @@ class ParamsFileError(ValueError):
     """A parameter file or override that cannot be read or holds invalid parameters (named)."""
 
 
-def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[str] = (),
+def load_node_config(params_file: str | os.PathLike | Sequence[str | os.PathLike] | None,
+                     overrides: Sequence[str] = (),
                      node_name: str = 'oxygen', namespace: str = '/') -> NodeConfig:
     """Read the ``oxygen`` node's configuration from a parameter file, as the node does: a
     short-lived rclpy node in a private context declares the node's parameters, so names,
@@ -294,7 +302,8 @@ def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[
     ``norm_stats``).
 
     Args:
-        params_file: ``ros__parameters`` YAML (``--params-file``); None for defaults only.
+        params_file: ``ros__parameters`` YAML (``--params-file``), or several (later ones win, as
+            rcl merges them); None for defaults only.
         overrides: ``name:=value`` strings, as ``--ros-args -p name:=value``.
         node_name: node name the file's sections are matched against (``/**/oxygen``, ``/**``…).
         namespace: node namespace (relative topic names resolve against it).
@@ -308,8 +317,8 @@ def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[
     from rclpy.signals import SignalHandlerOptions
 
     args = ['--ros-args']
-    if params_file is not None:
-        path = Path(params_file)
+    files = [] if params_file is None else [params_file] if isinstance(params_file, (str, os.PathLike)) else params_file
+    for path in map(Path, files):
         if not path.is_file():
             raise ParamsFileError(f'parameter file {path} does not exist')
         args += ['--params-file', str(path)]
@@ -328,7 +337,7 @@ def load_node_config(params_file: str | os.PathLike | None, overrides: Sequence[
         try:
             return read_node_config(node)
         except ParamError as exc:
-            where = f' in {params_file}' if params_file else ''
+            where = f' in {", ".join(map(str, files))}' if files else ''
             raise ParamsFileError(f'invalid node parameters{where}: {exc}') from exc
         finally:
             node.destroy_node()

@@ -36,7 +36,7 @@ from oxygen_ros.core.config import (ATTENTIONS, BATCHER_POLICIES, BUDGETS, COMPI
 from oxygen_ros.core.rtc.config import DELAY_MODES, GUIDANCE_MODES, RTCConfig
 from oxygen_ros.core.rtc.config import SCHEDULES as RTC_SCHEDULES
 
-__all__ = ['ParamError', 'ParamSpec', 'collect_values', 'declare', 'engine_specs', 'read_values',
+__all__ = ['ParamError', 'ParamSpec', 'check_value', 'collect_values', 'declare', 'engine_specs', 'read_values',
            'task_specs']
 
 _INT_MAX = 2**31 - 1
@@ -231,7 +231,9 @@ def declare(node: Node, specs: list[ParamSpec]) -> None:
             node.declare_parameter(spec.name, spec.default, loose)
 
 
-def _check(spec: ParamSpec, value: Any) -> tuple[Any, str | None]:
+def check_value(spec: ParamSpec, value: Any) -> tuple[Any, str | None]:
+    """``(value, None)`` with ints for float parameters converted and arrays as lists, or
+    ``(value, message)`` naming the parameter when the type, range or choice is wrong."""
     t = spec.ptype
     name = f'{spec.name}={value!r}'
     if t == Parameter.Type.BOOL:
@@ -274,7 +276,7 @@ def collect_values(node: Node, specs: list[ParamSpec]) -> tuple[dict[str, Any], 
         if value is None:
             problems.append(f'{spec.name} is not set ({spec.description})')
             continue
-        value, problem = _check(spec, value)
+        value, problem = check_value(spec, value)
         if problem:
             problems.append(problem)
         else:

@@ -18,6 +18,13 @@ Every request that ends is answered with an utterance, in order:
 - a request that ends for any reason other than finishing (rejected, expired, failed, cancelled)
   ends its utterance with a notice saying why, e.g. ``[request 3 expired: waited 30.0 s …]``,
   after whatever text it had produced;
+- an ask taken while the node has no observation yet (no camera image assembled since
+  activation: it can only wait in the queue) gets an immediate *waiting notice* on the task's text
+  topic (:func:`waiting_notice`), e.g. ``[request 3 waiting: no camera input yet; it waits up to
+  30.0 s (engine.max_queue_wait_s) for an observation]``. It is NOT the end of the utterance and
+  not part of it: no header, no deltas; the utterance (the answer, or the expiry notice) follows
+  as usual. Readers of the text topic recognise it by its prefix ``[request N waiting:``
+  (:func:`is_waiting_notice`) and keep waiting;
 - a NUL character (a model can decode one: byte-fallback token ``<0x00>``) is sent as U+FFFD:
   ROS strings are NUL-terminated, so the rmw would cut the message there and the deltas would no
   longer add up to the text.
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field
 from oxygen_ros.core.engine.requests import RequestResult
 from oxygen_ros.core.types import TextDelta
 
-__all__ = ['HEADERS', 'Emit', 'TaskTextStream', 'Utterances', 'end_notice']
+__all__ = ['HEADERS', 'Emit', 'TaskTextStream', 'Utterances', 'end_notice', 'is_waiting_notice', 'waiting_notice']
 
 #: Values of the ``text_header`` parameter.
 HEADERS = ('ask', 'id', 'none')
@@ -58,6 +65,24 @@ def end_notice(r: RequestResult) -> str | None:
     if reason.startswith(outcome + ':'):  # "expired: waited 30.0 s ..." says it once
         reason = reason[len(outcome) + 1:].strip()
     return f'[request {r.id} {outcome}]' if reason in ('', outcome) else f'[request {r.id} {outcome}: {reason}]'
+
+
+def waiting_notice(request_id: int, max_wait_s: float, reason: str = 'no camera input yet') -> str:
+    """The immediate reply to an ask that can only wait for an observation (see module doc):
+    ``[request 3 waiting: no camera input yet; it waits up to 30.0 s (engine.max_queue_wait_s) for
+    an observation]``; with ``max_wait_s`` 0 (no age bound) ``… it waits for an observation
+    (engine.max_queue_wait_s = 0: no limit)]``. Always starts with ``[request N waiting:``."""
+    if max_wait_s > 0:
+        wait = f'it waits up to {max_wait_s:.1f} s (engine.max_queue_wait_s) for an observation'
+    else:
+        wait = 'it waits for an observation (engine.max_queue_wait_s = 0: no limit)'
+    return f'[request {request_id} waiting: {reason}; {wait}]'
+
+
+def is_waiting_notice(text: str) -> bool:
+    """Whether a text-topic message is a :func:`waiting_notice` (not an utterance's end)."""
+    head, sep, _ = text.partition(' waiting:')
+    return bool(sep) and head.startswith('[request ') and head[len('[request '):].isdigit()
 
 
 def _wire(text: str) -> str:
@@ -159,9 +184,12 @@ class Utterances:
         self._streams = {t: TaskTextStream(header) for t in tasks}
         self._lock = threading.Lock()
 
-    def submit(self, task: str, ask: str, submit: Callable[[], int]) -> int:
+    def submit(self, task: str, ask: str, submit: Callable[[], int],
+               opened: Callable[[int], None] | None = None) -> int:
         """Run ``submit`` (which hands the ask to the engine and returns its request id) and open
-        the utterance, atomically with respect to :meth:`frame`. Returns the request id.
+        the utterance, atomically with respect to :meth:`frame`; then ``opened(request_id)``, still
+        under the lock (what it publishes goes out before anything of the request a later
+        :meth:`frame` emits). Returns the request id.
 
         Raises:
             KeyError / ValueError: whatever ``submit`` raised (nothing is opened).
@@ -170,6 +198,8 @@ class Utterances:
             rid = submit()
             if task in self._streams:
                 self._streams[task].open(rid, ask)
+            if opened is not None:
+                opened(rid)
             return rid
 
     def frame(self, deltas: Iterable[TextDelta], ended: Iterable[RequestResult]) -> dict[str, list[Emit]]:
@@ -182,6 +212,18 @@ class Utterances:
             for r in ended:
                 out.setdefault(r.task, []).extend(self._streams[r.task].end(r.id, r.text, end_notice(r)))
         return out
+
+    def set_header(self, header: str) -> None:
+        """Header of the utterances opened from now on (the ``text_header`` parameter, live).
+
+        Raises:
+            ValueError: unknown ``header``.
+        """
+        if header not in HEADERS:
+            raise ValueError(f'text_header={header!r}: expected one of {", ".join(HEADERS)}')
+        with self._lock:
+            for stream in self._streams.values():
+                stream.header = header
 
     @property
     def pending(self) -> int:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
 from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
 from oxygen_ros.sim.closed_loop.processes import (ChildProcess, child_env, config_dir, control_period,
                                                  ros_domain, wait_for)
@@ -54,7 +55,12 @@ OXYGEN_STATUS = 'oxygen: inference'
 
 def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
              echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the loop once (see module doc) and return the report dictionary."""
+    """Run the loop once (see module doc) and return the report dictionary.
+
+    Raises:
+        ParamsFileError: the oxygen node's parameters (files + ``-p``) are invalid or hold a name the
+            node does not declare (checked before any process starts).
+    """
     cfg = config_dir()
     sim_yaml = Path(args.sim_params) if args.sim_params else cfg / 'sim.yaml'
     oxy_yaml = Path(args.oxygen_params) if args.oxygen_params else cfg / 'oxygen.yaml'
@@ -75,12 +81,17 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
     if args.device:
         oxy_cmd += ['-p', f'device:={args.device}']
     oxy_cmd += ['-p', f'engine.seed:={args.seed}']  # the flow noise: the same seed, the same chunks
+    # the node's input timeout is wall time: a sim slowed to --rtf sends 1/rtf times less often, and
+    # the sim is stopped first at the end (no stale-input warning while the node is stopped after it)
+    oxy_cmd += ['-p', f'input_timeout_s:={max(1.0, 1.0 / args.rtf) if args.rtf > 0 else 1.0:.2f}']
     if args.rtc:
         oxy_cmd += ['-p', 'rtc.enabled:=true']
     for p in args.oxygen_param:
         oxy_cmd += ['-p', p]
     if args.stream:
         oxy_cmd += ['-p', f'action_rate_hz:={1.0 / control_period(sim_yaml)}']
+    # the node's own checks before starting anything: a typo fails here, named, not after start-up
+    load_node_config([oxy_yaml, sim_yaml], [oxy_cmd[i + 1] for i, a in enumerate(oxy_cmd) if a == '-p'])
     report: dict[str, Any] = {'model': args.model, 'frames_target': args.frames,
                               'command_source': 'stream' if args.stream else 'trajectory',
                               'target_real_time_factor': args.rtf, 'seed': args.seed, 'rtc': args.rtc,
@@ -289,8 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix='closed_loop_'))
     log_dir.mkdir(parents=True, exist_ok=True)
-    with ros_domain(args.domain_id) as dom:
-        report = run_loop(args, dom, log_dir)
+    try:
+        with ros_domain(args.domain_id) as dom:
+            report = run_loop(args, dom, log_dir)
+    except ParamsFileError as exc:
+        print(f'closed_loop: {exc}', file=sys.stderr)
+        return 2
     print(format_report(report), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))

@@ -1,0 +1,188 @@
+"""The ``oxygen`` command (console script; also ``python -m oxygen_ros.ros.cli``): operate a running
+``oxygen`` node without the ``ros2`` CLI — ask and listen to its language tasks, read its status,
+its parameters and its lifecycle state.
+
+Exit status: 0 success; 1 the operation failed (an answer that ended with a notice, a refused
+parameter, a failed transition, a WARN/ERROR/STALE status, a timeout); 2 usage error, node or
+service not found, or (``status``) no status within the timeout; 130 Ctrl-C (``listen`` and
+``status --watch``: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
+
+__all__ = ['DEFAULT_TIMEOUT_S', 'build_parser', 'main']
+
+#: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
+DEFAULT_TIMEOUT_S = {'ask': 120.0, 'listen': 10.0, 'status': 10.0, 'params': 10.0, 'lifecycle': 10.0,
+                     'transition': 300.0}
+
+_EXIT_CODES = """exit status: 0 success; 1 failed (answer ended with a notice, value refused, transition
+failed, status not OK, timeout); 2 usage error, node or service not found, no status; 130 Ctrl-C."""
+_ASK = """Publish TEXT once on the task's ask topic and print the answer as it streams.
+
+Topics, QoS and the utterance header come from the node's parameters (tasks.<task>.ask_topic,
+delta_topic, text_topic, ask_qos, text_qos, text_header). The answer is the utterance whose header
+is [#N Q: TEXT] (text_header: ask). With text_header 'id' or 'none' it is the first utterance that
+begins after the publish (with 'none': after the one streaming at the publish, if any), which may
+be another client's ask made at the same moment. A '[request N waiting: ...]' notice is printed to
+stderr and the wait goes on. Exit 0 when the answer finished, 1 when it ended with a notice
+(rejected, expired, failed, cancelled), the node is not active, or the timeout passed."""
+_ROS2 = {
+    'ask': 'ros2 topic echo /conversation/delta, then '
+           "ros2 topic pub --once /ask std_msgs/String \"{data: 'What do you see?'}\"",
+    'listen': 'ros2 topic echo /conversation/text (one topic per command)',
+    'status': 'ros2 topic echo /diagnostics',
+    'params': 'ros2 param list|get|set|describe /oxygen ...',
+    'lifecycle': 'ros2 lifecycle get|set /oxygen <transition>',
+}
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f'{text}: must be > 0')
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f'{text}: must be >= 0')
+    return value
+
+
+def _global_options(top_level: bool) -> argparse.ArgumentParser:
+    """``--node`` and ``--timeout``: defaults on the top level only, so after the verb they override
+    what came before it without resetting it (a fresh parser per use: argparse shares actions)."""
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument('--node', default='oxygen' if top_level else argparse.SUPPRESS, metavar='NAME',
+                      help='the node: name, or namespace/name like /robot/oxygen (default: oxygen)')
+    opts.add_argument('--timeout', type=_positive, default=None if top_level else argparse.SUPPRESS, metavar='SEC',
+                      help='longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, '
+                           'others 10; finding the node waits at most 10)')
+    return opts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``oxygen`` argument parser (``--node`` / ``--timeout`` go before or after the verb)."""
+    top = argparse.ArgumentParser(prog='oxygen', parents=[_global_options(True)], epilog=_EXIT_CODES,
+                                  description='Operate a running oxygen node (no ros2 CLI needed).')
+    verbs = top.add_subparsers(dest='verb', required=True, metavar='VERB')
+
+    def verb(name: str, help_text: str, description: str | None = None,
+             where: argparse._SubParsersAction = verbs, ros2: str | None = None) -> argparse.ArgumentParser:
+        equivalent = ros2 or _ROS2.get(name)
+        return where.add_parser(name, parents=[_global_options(False)], help=help_text,
+                                description=description or help_text,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=(f'ros2 equivalent: {equivalent}\n' if equivalent else '') + _EXIT_CODES)
+
+    p = verb('ask', 'ask a language task a question and print the streamed answer', _ASK)
+    p.add_argument('text', metavar='TEXT', help='the question (quote it)')
+    p.add_argument('--task', default='conversation', help='language task to ask (default: conversation)')
+
+    p = verb('listen', "print the language tasks' utterances as they stream, one line each",
+             'Print every finished utterance of the tasks as "<task>: <text>", streaming one at a time\n'
+             "live where text_header marks utterance starts ('ask', 'id'); with 'none' whole lines.\n"
+             'Stops after --count utterances, --duration seconds or Ctrl-C (exit 0).')
+    p.add_argument('tasks', nargs='*', metavar='TASK', help="tasks to listen to (default: the node's task_names)")
+    p.add_argument('--count', type=_count, default=0, metavar='N', help='stop after N utterances (0: no limit)')
+    p.add_argument('--duration', type=_positive, default=None, metavar='SEC', help='stop after SEC seconds')
+
+    p = verb('status', "print the node's status from /diagnostics",
+             'Wait for the node\'s "<name>: inference" status on /diagnostics and print its level\n'
+             '(OK, WARN, ERROR, STALE), message and key: value lines. Exit 0 for OK, 1 otherwise,\n'
+             '2 when none arrives within --timeout.')
+    p.add_argument('--watch', action='store_true', help='print every status until Ctrl-C (exit 0)')
+    p.add_argument('--key', dest='keys', action='append', default=[], metavar='GLOB',
+                   help="print only keys matching GLOB (repeatable), e.g. --key 'requests_*'")
+
+    p = verb('params', "list, get, set or describe the node's parameters")
+    params = p.add_subparsers(dest='params_verb', required=True, metavar='ACTION')
+    q = verb('list', 'list parameter names', where=params, ros2='ros2 param list /oxygen')
+    q.add_argument('prefix', nargs='?', default='', metavar='PREFIX', help='only names starting with PREFIX')
+    q.add_argument('--values', action='store_true', help='print name = value')
+    q = verb('get', 'print parameter values (name = value)', where=params, ros2='ros2 param get /oxygen NAME')
+    q.add_argument('names', nargs='+', metavar='NAME')
+    q = verb('set', 'set parameters', 'Set parameters. VALUE is YAML as for ros2 param set: 2.0 double, 4 integer,\n'
+             'true bool, [a, b] string array; an integer for a double parameter is sent as a\n'
+             'double. Prints "set NAME = VALUE", or "refused NAME: <reason>" and exits 1.',
+             where=params, ros2='ros2 param set /oxygen NAME VALUE')
+    q.add_argument('pairs', nargs='+', metavar='NAME VALUE', help='one or more NAME VALUE pairs')
+    q = verb('describe', 'print type, description, range and read-only flag', where=params,
+             ros2='ros2 param describe /oxygen NAME')
+    q.add_argument('names', nargs='+', metavar='NAME')
+
+    p = verb('lifecycle', "get the node's lifecycle state or request a transition",
+             'get: print the state. A transition prints "<node>: <from> -> <to>"; one not available\n'
+             'from the current state is refused with the possible ones; a failed configure prints the\n'
+             "node's reason (from /diagnostics). Exit 1 on failure.")
+    p.add_argument('transition', choices=('get',) + TRANSITIONS, metavar='{get,' + ','.join(TRANSITIONS) + '}')
+    return top
+
+
+def _writer(stream: TextIO) -> Callable[[str], None]:
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
+    return write
+
+
+def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    from oxygen_ros.ros.cli import lifecycle, params, status, text
+    from oxygen_ros.ros.cli.peer import Peer
+
+    with Peer(args.node, timeout) as peer:
+        if args.verb == 'ask':
+            return text.ask(peer, args.text, args.task, out, err)
+        if args.verb == 'listen':
+            return text.listen(peer, args.tasks, args.count, args.duration, out)
+        if args.verb == 'status':
+            return status.status(peer, args.watch, args.keys, out)
+        if args.verb == 'lifecycle':
+            return lifecycle.lifecycle(peer, args.transition, out, err)
+        if args.params_verb == 'list':
+            return params.list_names(peer, args.prefix, args.values, out)
+        if args.params_verb == 'get':
+            return params.get(peer, args.names, out)
+        if args.params_verb == 'describe':
+            return params.describe(peer, args.names, out)
+        return params.set_values(peer, list(zip(args.pairs[::2], args.pairs[1::2])), out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``oxygen`` with ``argv`` (default: the command line); returns the exit status (module
+    doc). Errors are one line on stderr (``oxygen <verb>: …``), never a traceback."""
+    from oxygen_ros.ros.cli.peer import CliError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verb == 'params' and args.params_verb == 'set' and len(args.pairs) % 2:
+        parser.error('params set takes NAME VALUE pairs')
+    key = 'transition' if args.verb == 'lifecycle' and args.transition != 'get' else args.verb
+    timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[key]
+    out, err = _writer(sys.stdout), _writer(sys.stderr)
+    try:
+        return _run(args, timeout, out, err)
+    except CliError as exc:
+        err(f'oxygen {args.verb}: {exc}\n')
+        return exc.code
+    except KeyboardInterrupt:
+        watching = args.verb == 'listen' or (args.verb == 'status' and args.watch)
+        err('\n')
+        return 0 if watching else 130
+    except BrokenPipeError:  # e.g. `oxygen listen | head -3`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

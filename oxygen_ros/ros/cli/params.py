@@ -1,0 +1,197 @@
+"""``oxygen params list|get|set|describe``: the node's parameters through its rcl_interfaces services.
+
+Values are written and read in one syntax, YAML as ``ros2 param set`` takes it: ``2.0`` is a
+double, ``4`` an integer, ``true`` a bool, ``[a, b]`` a string array, anything else a string. ``set``
+describes the parameter first and sends what its declared type needs: an integer for a double
+parameter goes as a double, any text for a string parameter as that string.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
+from rcl_interfaces.srv import ListParameters, SetParameters
+
+from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Peer, from_parameter_value
+
+__all__ = ['TYPE_NAMES', 'describe', 'format_value', 'get', 'list_names', 'parse_value', 'set_values']
+
+P = ParameterType
+#: Parameter type names by ``rcl_interfaces/ParameterType`` number.
+TYPE_NAMES = {P.PARAMETER_NOT_SET: 'not set', P.PARAMETER_BOOL: 'bool', P.PARAMETER_INTEGER: 'integer',
+              P.PARAMETER_DOUBLE: 'double', P.PARAMETER_STRING: 'string', P.PARAMETER_BYTE_ARRAY: 'byte array',
+              P.PARAMETER_BOOL_ARRAY: 'bool array', P.PARAMETER_INTEGER_ARRAY: 'integer array',
+              P.PARAMETER_DOUBLE_ARRAY: 'double array', P.PARAMETER_STRING_ARRAY: 'string array'}
+_ARRAY_ITEM = {P.PARAMETER_BOOL_ARRAY: P.PARAMETER_BOOL, P.PARAMETER_INTEGER_ARRAY: P.PARAMETER_INTEGER,
+               P.PARAMETER_DOUBLE_ARRAY: P.PARAMETER_DOUBLE, P.PARAMETER_STRING_ARRAY: P.PARAMETER_STRING}
+
+
+def format_value(value: Any, _in_list: bool = False) -> str:
+    """A value in the syntax :func:`parse_value` reads back (strings quoted only where YAML
+    would read them as something else)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, float) and not math.isfinite(value):
+        return '.nan' if math.isnan(value) else ('.inf' if value > 0 else '-.inf')
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return '[' + ', '.join(format_value(v, True) for v in value) + ']'
+    text = str(value)
+    try:
+        plain = (yaml.safe_load(f'[{text}]') == [text] if _in_list else yaml.safe_load(text) == text) \
+            and text == text.strip()
+    except yaml.YAMLError:
+        plain = False
+    return text if plain and text else json.dumps(text, ensure_ascii=False)
+
+
+def _scalar(value: Any, ptype: int, text: str) -> Any:
+    if ptype == P.PARAMETER_STRING and not isinstance(value, str):
+        return text if text is not None else format_value(value)
+    if ptype == P.PARAMETER_DOUBLE and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def parse_value(text: str, ptype: int = P.PARAMETER_NOT_SET) -> ParameterValue:
+    """``text`` (YAML) as a ParameterValue, shaped for a parameter of type ``ptype``
+    (``ParameterType``; NOT_SET: as YAML reads it).
+
+    Raises:
+        CliError: (code 2) a value no parameter can hold (null, a mapping, a mixed list, ``[]``
+            for a parameter of unknown type).
+    """
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    value = _scalar(value, ptype, text)
+    if isinstance(value, list):
+        item = _ARRAY_ITEM.get(ptype, P.PARAMETER_NOT_SET)
+        value = [_scalar(v, item, None) for v in value]
+    if value is None or isinstance(value, dict):
+        raise CliError(f'{text!r}: not a parameter value (give a number, true/false, text or a [list])', EXIT_USAGE)
+    out = ParameterValue()
+    kinds = [(bool, P.PARAMETER_BOOL, 'bool_value'), (int, P.PARAMETER_INTEGER, 'integer_value'),
+             (float, P.PARAMETER_DOUBLE, 'double_value'), (str, P.PARAMETER_STRING, 'string_value')]
+    if not isinstance(value, list):
+        for py, t, attr in kinds:
+            if isinstance(value, py):
+                out.type = t
+                setattr(out, attr, value)
+                return out
+        raise CliError(f'{text!r}: not a parameter value', EXIT_USAGE)
+    if not value and ptype not in _ARRAY_ITEM:
+        raise CliError(f'{text!r}: the type of an empty list is unknown for this parameter', EXIT_USAGE)
+    if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) \
+            and any(isinstance(v, float) for v in value):
+        value = [float(v) for v in value]
+    for py, t, attr in kinds:
+        if all(isinstance(v, py) and (py is bool or not isinstance(v, bool)) for v in value) and \
+                (value or _ARRAY_ITEM.get(ptype) == t):
+            out.type = t + 5  # BOOL -> BOOL_ARRAY, ..., STRING -> STRING_ARRAY
+            setattr(out, attr.replace('_value', '_array_value'), value)
+            return out
+    raise CliError(f'{text!r}: list items must all be bools, numbers or strings', EXIT_USAGE)
+
+
+def list_names(peer: Peer, prefix: str, with_values: bool, write: Callable[[str], None]) -> int:
+    """Write the node's parameter names (starting with ``prefix``), sorted, one a line; with
+    ``with_values`` as ``name = value`` (``name: not set`` for one without value).
+
+    Returns:
+        0, or 1 when no name starts with ``prefix``.
+    """
+    peer.find_node()
+    req = ListParameters.Request(prefixes=[], depth=ListParameters.Request.DEPTH_RECURSIVE)
+    names = sorted(n for n in peer.call(ListParameters, 'list_parameters', req).result.names if n.startswith(prefix))
+    if not names:
+        write(f'no parameter of {peer.fqn} starts with {prefix!r}\n')
+        return EXIT_FAILED
+    values = peer.parameters(names) if with_values else {}
+    for n in names:
+        if not with_values:
+            write(n + '\n')
+        else:
+            write(f'{n}: not set\n' if values[n] is None else f'{n} = {format_value(values[n])}\n')
+    return EXIT_OK
+
+
+def get(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
+    """Write ``name = value`` per name (``name: not set`` for one undeclared or without value).
+
+    Returns:
+        0, or 1 when any name is not set.
+    """
+    peer.find_node()
+    values = peer.parameters(names)
+    for n in names:
+        write(f'{n}: not set\n' if values[n] is None else f'{n} = {format_value(values[n])}\n')
+    return EXIT_FAILED if any(values[n] is None for n in names) else EXIT_OK
+
+
+def set_values(peer: Peer, pairs: Sequence[tuple[str, str]], write: Callable[[str], None]) -> int:
+    """Set each ``(name, YAML text)``; write ``set NAME = VALUE`` for each accepted and
+    ``refused NAME: <reason>`` for each the node refused (its SetParametersResult reason).
+
+    Returns:
+        0 when every value was set, 1 when any was refused.
+
+    Raises:
+        CliError: (code 2) a value that cannot be a parameter value.
+    """
+    peer.find_node()
+    names = [n for n, _ in pairs]
+    described = peer.descriptors(names)
+    values = [parse_value(text, described[n].type if described[n] is not None else P.PARAMETER_NOT_SET)
+              for n, text in pairs]
+    req = SetParameters.Request(parameters=[Parameter(name=n, value=v) for n, v in zip(names, values)])
+    results = peer.call(SetParameters, 'set_parameters', req).results
+    code = EXIT_OK
+    for n, v, r in zip(names, values, results):
+        if r.successful:
+            write(f'set {n} = {format_value(from_parameter_value(v))}\n')
+        else:
+            write(f'refused {n}: {r.reason or "(no reason given)"}\n')
+            code = EXIT_FAILED
+    return code
+
+
+def _range(d: ParameterDescriptor) -> str | None:
+    for r, plain_step in [(r, 1) for r in d.integer_range] + [(r, 0.0) for r in d.floating_point_range]:
+        step = f' (step {format_value(r.step)})' if r.step not in (0, plain_step) else ''
+        return f'{format_value(r.from_value)} .. {format_value(r.to_value)}{step}'
+    return None
+
+
+def describe(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
+    """Write, per name, its type, description, range and constraints, and whether it is read-only.
+
+    Returns:
+        0, or 1 when any name is not declared.
+    """
+    peer.find_node()
+    got = peer.descriptors(names)
+    for n in names:
+        d = got[n]
+        if d is None:
+            write(f'{n}: not declared by {peer.fqn}\n')
+            continue
+        lines = [n, f'  type: {TYPE_NAMES.get(d.type, str(d.type))}']
+        if d.description:
+            lines.append(f'  description: {d.description}')
+        if _range(d):
+            lines.append(f'  range: {_range(d)}')
+        if d.additional_constraints:
+            lines.append(f'  constraints: {d.additional_constraints}')
+        lines.append(f'  read_only: {format_value(bool(d.read_only))}')
+        if d.dynamic_typing:
+            lines.append('  dynamic_typing: true')
+        write('\n'.join(lines) + '\n')
+    return EXIT_FAILED if any(got[n] is None for n in names) else EXIT_OK
