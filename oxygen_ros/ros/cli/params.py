@@ -114,13 +114,17 @@ def list_names(peer: Peer, prefix: str, with_values: bool, write: Callable[[str]
     if not names:
         write(f'no parameter of {peer.fqn} starts with {prefix!r}\n')
         return EXIT_FAILED
-    values = peer.parameters(names) if with_values else {}
-    for n in names:
-        if not with_values:
+    if with_values:
+        _write_values(names, peer.parameters(names), write)
+    else:
+        for n in names:
             write(n + '\n')
-        else:
-            write(f'{n}: not set\n' if values[n] is None else f'{n} = {format_value(values[n])}\n')
     return EXIT_OK
+
+
+def _write_values(names: Sequence[str], values: dict, write: Callable[[str], None]) -> None:
+    for n in names:
+        write(f'{n}: not set\n' if values[n] is None else f'{n} = {format_value(values[n])}\n')
 
 
 def get(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
@@ -131,8 +135,7 @@ def get(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
     """
     peer.find_node()
     values = peer.parameters(names)
-    for n in names:
-        write(f'{n}: not set\n' if values[n] is None else f'{n} = {format_value(values[n])}\n')
+    _write_values(names, values, write)
     return EXIT_FAILED if any(values[n] is None for n in names) else EXIT_OK
 
 
