@@ -149,6 +149,7 @@ class OxygenNode(LifecycleNode):
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
                                       self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
                                       text_header=cfg.text_header)
+        self.worker.input_timeout_s = cfg.input_timeout_s
         self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
                                     time.monotonic, self._on_time_jump)
         self.outputs.stamp_of = self.inputs.stamps.exact

@@ -160,7 +160,8 @@ def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
 
 
 def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missing():
-    """After the first observation since activation an ask gets no waiting notice; with camera
+    """After the first observation since activation an ask gets no waiting notice until the
+    observations stop for longer than input_timeout_s; with camera
     images but no observation (no joint state yet) the notice says what the assembler waits for;
     ``start()`` (activation) forgets the observation."""
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
@@ -172,9 +173,12 @@ def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missi
     assert out.texts == [("conversation", "text", f"[request {rid} waiting: no observation yet (waiting for "
                                                   "joint states); it waits up to 30.0 s (engine.max_queue_wait_s) "
                                                   "for an observation]")]
-    worker.observed = True  # what _once sets when it hands an observation to the engine
+    worker.observed, worker.observed_at = True, time.monotonic()  # what _once sets at an observation
     worker.ask("conversation", "b?")
     assert len(out.texts) == 1
+    worker.observed_at -= 5.0  # the inputs stopped 5 s ago: the notice again, saying so
+    rid = worker.ask("conversation", "c?")
+    assert out.texts[-1][2].startswith(f"[request {rid} waiting: no new observation for 5.0 s (the inputs stopped)")
     worker.start()
     worker.stop()
     assert not worker.observed

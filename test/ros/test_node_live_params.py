@@ -167,7 +167,7 @@ def test_the_running_parts_hold_each_new_live_value(live):
     assert node.engine.handover.latencies.maxlen == 9
     assert live.set(state_tolerance_s=0.2, camera_max_age_s=0.9, time_jump_s=2.0, camera_sync_s=0.02,
                     command_max_hold_s=0.3, input_timeout_s=3.0).successful
-    assert node.inputs.watch.timeout_s == 3.0 and node.inputs.watch.grace_s == 6.0
+    assert node.inputs.watch.timeout_s == 3.0 and node.inputs.watch.grace_s == 6.0 and node.worker.input_timeout_s == 3.0
     a = node.assembler.cfg
     assert (a.state_tolerance_s, a.camera_max_age_s, a.time_jump_s) == (0.2, 0.9, 2.0)
     assert node.worker.camera_sync_s == 0.02 and node.outputs.command_stream.max_hold_s == 0.3
