@@ -180,14 +180,22 @@ def test_the_running_parts_hold_each_new_live_value(live):
 
 
 def test_sampling_budget_and_header_changes_change_the_answers(live):
-    greedy = live.ask('what is on the table')
-    assert greedy.split('] ', 1)[1].strip() == ''  # random weights, greedy: spaces
-    assert live.set(tasks__conversation__temperature=2.0, tasks__conversation__max_new_tokens=12).successful
+    def last_tokens(since: int) -> list[int]:
+        done = [e for e in live.ended(since) if e.task == 'conversation']
+        assert done
+        return done[-1].token_ids
+
     n = len(live.results)
-    sampled = live.ask('what is on the table now')
-    assert sampled.split('] ', 1)[1].strip() != ''
-    done = [e for e in live.ended(n) if e.task == 'conversation']
-    assert done and len(done[-1].token_ids) == 12
+    greedy = live.ask('what is on the table')
+    assert greedy.split('] ', 1)[1].strip() == ''  # random weights, greedy: spaces, never an EOS
+    assert len(last_tokens(n)) == 6
+    assert live.set(tasks__conversation__max_new_tokens=3).successful
+    n = len(live.results)
+    live.ask('a shorter answer')
+    assert len(last_tokens(n)) == 3
+    assert live.set(tasks__conversation__temperature=2.0, tasks__conversation__max_new_tokens=12).successful
+    # sampled text is not all spaces (an early EOS is possible, so up to three asks)
+    assert any(live.ask(f'what is on the table now {i}').split('] ', 1)[1].strip() for i in range(3))
     assert live.set(tasks__conversation__top_k=1).successful  # top-1 sampling is greedy again
     assert live.ask('and now').split('] ', 1)[1].strip() == ''
     assert live.set(text_header='id', tasks__conversation__top_k=0).successful
