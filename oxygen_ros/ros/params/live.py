@@ -54,6 +54,8 @@ def is_live(name: str) -> bool:
 def refusal(name: str, state: str) -> str:
     """Why setting ``name`` is refused in lifecycle ``state`` (``inactive`` / ``active``) and how
     to apply it instead."""
+    if name == 'autostart':
+        return 'autostart is read once, at start-up (it decides whether main() configures and activates)'
     steps = 'deactivate, cleanup, set it, configure, activate' if state == 'active' else \
         'cleanup, set it, configure, activate'
     return (f'{name} is read at configure (it sizes, loads or connects something) and cannot change '
