@@ -23,7 +23,8 @@ class Recorder:
     """Subscribes to ``topics`` (types from the graph, waited for) and writes them to a bag."""
 
     def __init__(self, node: Any, out: Path, topics: Sequence[str], overwrite: bool = False) -> None:
-        self.node, self.topics = node, list(topics)
+        self.node = node
+        self.topics = ['/' + t.lstrip('/') for t in topics]  # the graph lists absolute names
         self.writer = BagOutput(out, overwrite=overwrite)
         self._lock = threading.Lock()
         self._subs: dict[str, Any] = {}

@@ -59,7 +59,8 @@ def live_configs(engine: EngineConfig, new_engine: EngineConfig | None,
     a new config that still says 0 keeps the resolved value.
 
     Raises:
-        ConfigError: naming every field that is not live, or the first invalid value.
+        ConfigError: naming every field that is not live, a task budget that cannot fit
+            ``max_request_tokens``, or the first invalid value.
     """
     new_engine = engine if new_engine is None else new_engine
     new_rtc = rtc if new_rtc is None else new_rtc
@@ -69,6 +70,11 @@ def live_configs(engine: EngineConfig, new_engine: EngineConfig | None,
              + _task_changes(engine, new_engine) + not_live(rtc, new_rtc, LIVE_RTC_FIELDS, "rtc."))
     if fixed:
         raise ConfigError(f"not changeable on a running engine: {', '.join(fixed)} (a new engine is needed)")
+    too_long = [f"tasks.{t.name}.max_new_tokens={t.max_new_tokens}" for t in new_engine.tasks
+                if t.max_new_tokens >= new_engine.max_request_tokens]
+    if too_long:  # every request of the task would be rejected at submission
+        raise ConfigError(f"{', '.join(too_long)}: must be below engine.max_request_tokens "
+                          f"({new_engine.max_request_tokens}, prompt + new tokens; sized at configure)")
     return new_engine.validate(), new_rtc.validate()
 
 

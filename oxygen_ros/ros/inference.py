@@ -7,8 +7,8 @@ moment the engine hands it out (``on_action``, before any language work), then t
 deltas and finished utterances. With no new observation it keeps stepping while any accepted
 language request has not ended (including one asked while no camera streams: it waits in the
 queue and, without an observation, ends as expired with the reason), so every ask is answered.
-An ask taken before the first observation since activation, or after none came for
-``input_timeout_s``, also gets an immediate waiting notice on its task's text topic (:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
+An ask taken before the first observation since activation, or while every camera has been
+silent for ``input_timeout_s``, also gets an immediate waiting notice on its task's text topic (:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
 Executor callbacks never wait for it.
 """
 
@@ -67,10 +67,9 @@ class InferenceWorker:
         self.repeated_observations = 0
         self._last_stamp: float | None = None
         self.observed = False  # an observation went to the engine since start() (activation)
-        self.observed_at = 0.0  # when the last one did (time.monotonic)
-        #: no observation for longer than this (seconds; the node's ``input_timeout_s``, live): an
-        #: ask gets the waiting notice again, the inputs have stopped
-        self.input_timeout_s = 1.0
+        #: seconds since the newest camera image when every camera has stopped (the node's input
+        #: liveness, by arrival time), else None: an ask then gets the waiting notice again
+        self.camera_silence: Callable[[], float | None] = lambda: None
 
     @property
     def alive(self) -> bool:
@@ -126,14 +125,14 @@ class InferenceWorker:
                                       lambda rid: self._waiting(task, rid))
 
     def _waiting(self, task: str, rid: int) -> None:
-        """Before the first observation since activation, or when none came for longer than
-        :attr:`input_timeout_s`, tell the asker at once that its request waits (the answer or the
+        """Before the first observation since activation, or while every camera has stopped
+        (:attr:`camera_silence`), tell the asker at once that its request waits (the answer or the
         expiry notice follows as usual)."""
-        silent = time.monotonic() - self.observed_at
-        if self.observed and silent <= self.input_timeout_s:
+        silent = self.camera_silence() if self.observed else None
+        if self.observed and silent is None:
             return
-        if self.observed:
-            reason = f'no new observation for {silent:.1f} s (the inputs stopped)'
+        if silent is not None:
+            reason = f'no camera image for {silent:.1f} s (the inputs stopped)'
         elif self._asm.received_images() == 0:
             reason = 'no camera input yet'
         else:  # images came, but no observation was assembled (e.g. no joint state yet)
@@ -172,7 +171,7 @@ class InferenceWorker:
             self._last_stamp = obs.stamp
         if obs is not None:
             self._engine.submit_observation(self._frames.observation(obs))
-            self.observed, self.observed_at = True, time.monotonic()
+            self.observed = True
             if self._out.model_input:
                 self._out.publish_model_input(obs.images, obs.stamp)
         result = self._engine.step(on_action=self._on_action)

@@ -135,6 +135,7 @@ class InputHandler:
         self.watch.timeout_s, self.watch.grace_s = cfg.input_timeout_s, 2.0 * cfg.input_timeout_s
         if self._watch_timer is not None:
             self._watch_timer.timer_period_ns = int(min(0.25, cfg.input_timeout_s / 4) * 1e9)
+            self._watch_timer.reset()
 
     def activate(self) -> None:
         """Start taking input (at activation); the liveness watch starts from now."""

@@ -96,6 +96,17 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info('applied live: ' + ', '.join(f'{p.name}={p.value!r}' for p in params))
         return SetParametersResult(successful=not reason, reason=reason)
 
+    def _camera_silence(self) -> float | None:
+        """Seconds since the newest camera image when every camera is stale (input liveness,
+        ``input_timeout_s``), else None."""
+        inputs, cfg = self.inputs, self.cfg
+        if inputs is None or cfg is None:
+            return None
+        ages = [a for n, a in inputs.liveness(time.monotonic()).ages.items() if n.startswith('camera ')]
+        if not ages or any(a is not None and a <= cfg.input_timeout_s for a in ages):
+            return None
+        return min((a for a in ages if a is not None), default=0.0)
+
     def set_diagnostics_period(self, period_s: float) -> None:
         """Publish ``/diagnostics`` every ``period_s`` seconds from now on."""
         self._diag_timer.timer_period_ns = int(period_s * 1e9)
@@ -118,6 +129,10 @@ class OxygenNode(LifecycleNode):
             self._release()
             return self._fail_configure(f'{type(exc).__name__}: {exc}')
         self.cfg, self.configure_error, self.lifecycle_state = cfg, '', 'inactive'
+        for note in cfg.notes:
+            self.get_logger().warning(note)
+        if self._diag_timer.timer_period_ns != int(cfg.diagnostics_period_s * 1e9):  # set while unconfigured
+            self.set_diagnostics_period(cfg.diagnostics_period_s)
         self.get_logger().info(
             f'configured: model {cfg.model!r} on {self.policy.model.device} '
             f'({self.policy.model.dtype}), cameras {sorted(cfg.cameras)}, '
@@ -149,7 +164,7 @@ class OxygenNode(LifecycleNode):
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
                                       self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
                                       text_header=cfg.text_header)
-        self.worker.input_timeout_s = cfg.input_timeout_s
+        self.worker.camera_silence = self._camera_silence
         self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
                                     time.monotonic, self._on_time_jump)
         self.outputs.stamp_of = self.inputs.stamps.exact

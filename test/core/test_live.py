@@ -58,15 +58,25 @@ def run(engine: Engine, frames: int = 6) -> tuple[list, dict, list]:
     """Asks on frames 0, 0, 1 (two from one frame: the queue bounds matter); per frame the chunk,
     every ended request (outcome, tokens, frame), sorted, and per frame the decode steps."""
     actions, ended, steps = [], {}, []
+
+    def take(r) -> None:
+        steps.append(r.metrics.decode_steps)
+        for e in r.ended:
+            ended[e.id] = (e.outcome, tuple(e.token_ids), e.frame_id)
+
     for f in range(frames):
         engine.submit_observation(obs(f))
         for i, text in enumerate({0: ("what do you see?", "and now?"), 1: ("where is it",)}.get(f, ())):
             engine.submit_request("conversation", text, seed=10 * f + i)  # sampled: seeded
         r = engine.step()
         actions.append(None if r.action is None else r.action.actions)
-        steps.append(r.metrics.decode_steps)
-        for e in r.ended:
-            ended[e.id] = (e.outcome, tuple(e.token_ids), e.frame_id)
+        take(r)
+    for _ in range(50):  # language-only frames until every request ended (the batcher's pace varies)
+        if not engine.in_flight:
+            break
+        take(engine.step())
+    take(engine.flush())
+    assert engine.in_flight == 0
     return actions, sorted(ended.values()), steps  # ids: the concurrent batcher may number periodic ones first
 
 
@@ -142,6 +152,8 @@ def test_task_and_rtc_fields_that_are_not_live_are_refused():
         live_configs(BASE, None, RTC, dataclasses.replace(RTC, enabled=False, guidance="vjp"))
     with pytest.raises(ConfigError, match=r"min_decode_steps"):  # live but invalid together
         live_configs(BASE, dataclasses.replace(BASE, min_decode_steps=9, max_decode_steps=2), RTC, None)
+    with pytest.raises(ConfigError, match=r"tasks\.conversation\.max_new_tokens=600.*max_request_tokens"):
+        live_configs(BASE, replace_task(BASE, "conversation", max_new_tokens=600), RTC, None)
     with pytest.raises(KeyError):
         replace_task(BASE, "nope", temperature=1.0)
 

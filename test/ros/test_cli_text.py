@@ -45,6 +45,17 @@ def test_the_answer_to_this_ask_streams_and_ends_with_its_text():
     assert (r.code, ''.join(out), err) == (0, 'A red cube\n', [])
 
 
+@pytest.mark.parametrize('text_first', [False, True])
+def test_an_ask_holding_brackets_is_still_found(text_first):
+    r, out, _ = _reader('is [x] here?')
+    r.published()
+    d, t = _stream('ask', 3, 'is [x] here?', ['yes', ' ] it is'])
+    for msg in ([t] + d if text_first else d + [t]):
+        (r.text if msg is t else r.delta)(msg)
+    assert (r.code, ''.join(out), r.request_id) == (0, 'yes ] it is\n', 3)
+    assert split_header('[#3 Q: is [x] here?] yes', 'is [x] here?') == (3, 'is [x] here?', 'yes')
+
+
 def test_the_text_may_arrive_before_the_deltas():
     r, out, _ = _reader('hi')
     r.published()
@@ -129,6 +140,7 @@ def test_notices_and_headers_are_parsed():
     ('[1, 2]', P.PARAMETER_DOUBLE_ARRAY, P.PARAMETER_DOUBLE_ARRAY, [1.0, 2.0]),
     ('[1, 2.5]', P.PARAMETER_NOT_SET, P.PARAMETER_DOUBLE_ARRAY, [1.0, 2.5]),
     ('[]', P.PARAMETER_STRING_ARRAY, P.PARAMETER_STRING_ARRAY, []),
+    ('1e-3', P.PARAMETER_DOUBLE, P.PARAMETER_DOUBLE, 0.001),  # YAML 1.1 reads it as text
     ('42', P.PARAMETER_STRING, P.PARAMETER_STRING, '42'), ('pick it up', P.PARAMETER_NOT_SET, P.PARAMETER_STRING,
                                                            'pick it up'),
 ])

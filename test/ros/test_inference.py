@@ -173,12 +173,12 @@ def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missi
     assert out.texts == [("conversation", "text", f"[request {rid} waiting: no observation yet (waiting for "
                                                   "joint states); it waits up to 30.0 s (engine.max_queue_wait_s) "
                                                   "for an observation]")]
-    worker.observed, worker.observed_at = True, time.monotonic()  # what _once sets at an observation
+    worker.observed = True  # what _once sets when it hands an observation to the engine
     worker.ask("conversation", "b?")
     assert len(out.texts) == 1
-    worker.observed_at -= 5.0  # the inputs stopped 5 s ago: the notice again, saying so
+    worker.camera_silence = lambda: 5.0  # every camera stopped 5 s ago (the node's input liveness)
     rid = worker.ask("conversation", "c?")
-    assert out.texts[-1][2].startswith(f"[request {rid} waiting: no new observation for 5.0 s (the inputs stopped)")
+    assert out.texts[-1][2].startswith(f"[request {rid} waiting: no camera image for 5.0 s (the inputs stopped)")
     worker.start()
     worker.stop()
     assert not worker.observed

@@ -170,7 +170,7 @@ def test_the_running_parts_hold_each_new_live_value(live):
     assert node.engine.handover.latencies.maxlen == 9
     assert live.set(state_tolerance_s=0.2, camera_max_age_s=0.9, time_jump_s=2.0, camera_sync_s=0.02,
                     command_max_hold_s=0.3, input_timeout_s=3.0).successful
-    assert node.inputs.watch.timeout_s == 3.0 and node.inputs.watch.grace_s == 6.0 and node.worker.input_timeout_s == 3.0
+    assert node.inputs.watch.timeout_s == 3.0 and node.inputs.watch.grace_s == 6.0
     a = node.assembler.cfg
     assert (a.state_tolerance_s, a.camera_max_age_s, a.time_jump_s) == (0.2, 0.9, 2.0)
     assert node.worker.camera_sync_s == 0.02 and node.outputs.command_stream.max_hold_s == 0.3
@@ -243,12 +243,18 @@ def test_an_unconfigured_node_accepts_every_value_for_configure():
     with domain_id() as dom:
         ctx = Context()
         rclpy.init(context=ctx, domain_id=dom, signal_handler_options=SignalHandlerOptions.NO,
-                   args=['--ros-args', '-p', 'autostart:=false'])
+                   args=['--ros-args', '--params-file', str(REPO / 'config' / 'oxygen.yaml'), *ARGS,
+                         '-p', 'autostart:=false'])
         node = OxygenNode(context=ctx)
         try:
             assert node.set_parameters([Parameter('engine.mode', value='isolated')])[0].successful
             assert node.set_parameters([Parameter('model', value='pi05-tiny')])[0].successful
+            assert node.set_parameters([Parameter('diagnostics_period_s', value=0.2)])[0].successful
+            node.trigger_configure()
+            assert node.engine is not None and node.engine.cfg.mode == 'isolated', node.configure_error
+            assert node._diag_timer.timer_period_ns == 200_000_000  # read at configure, timer included
         finally:
+            node.teardown()
             node.destroy_node()
             ctx.try_shutdown()
 

@@ -171,6 +171,11 @@ def test_silent_inputs_and_an_early_ask_are_reported_once_each(tmp_path):
                 for name, topic in INPUTS.items():
                     w.wait_log(f'input stale: {name} on {topic} has sent nothing for ',
                                2 if name == 'joint_states' else 1)
+                # ... an ask now is told at once that it waits, and why
+                since = time.monotonic()
+                peer.publish_matched(ask, String(data='anyone there?'))
+                late = peer.wait_for(lambda: [m.data for m in peer.messages('conversation/text', since)], 30)
+                assert late and ' waiting: no camera image for ' in late[0] and '(the inputs stopped)' in late[0], late
                 feed.state_hook = None
                 feed.cameras_on.update({s: True for s in RAW})
                 t0 = time.monotonic()

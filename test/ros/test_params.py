@@ -209,14 +209,28 @@ def test_replay_refuses_a_params_file_with_typos(tmp_path):
 
 
 def test_unknown_task_parameters_name_the_task_list_and_qos_overrides_pass():
-    args = [*MINIMAL, '-p', 'tasks.narration.every_n_frames:=5', '-p',
-            'qos_overrides./joint_states.subscription.depth:=5', '-p', 'use_sim_time:=false']
+    args = [*MINIMAL, '-p', 'tasks.conversaton.temperature:=0.5', '-p', 'tasks.narration.temprature:=1.0',
+            '-p', 'qos_overrides./joint_states.subscription.depth:=5', '-p', 'use_sim_time:=false']
     with param_node(*args) as node:
         with pytest.raises(ParamError) as info:
             read_node_config(node)
     msg = str(info.value)
-    assert "unknown parameter tasks.narration.every_n_frames (task 'narration' is not in task_names" in msg
+    assert ("unknown parameter tasks.conversaton.temperature (task 'conversaton' is not in task_names "
+            "['conversation', 'memory']; did you mean tasks.conversation.temperature?)") in msg
+    assert "tasks.narration.temprature (task 'narration' is not in task_names" in msg
     assert 'qos_overrides' not in msg and 'use_sim_time' not in msg
+
+
+def test_a_task_left_out_of_task_names_is_a_note_not_an_error():
+    """Narrowing task_names over a shared file (config/oxygen.yaml sets tasks.memory.*) turns the
+    task off: its parameters are unused, said at configure, not a typo."""
+    args = ['--params-file', str(REPO / 'config' / 'oxygen.yaml'), '-p', 'task_names:=[conversation]',
+            '-p', 'tasks.narration.every_n_frames:=5']
+    with param_node(*args) as node:
+        cfg = read_node_config(node)
+    assert [t.name for t in cfg.engine.tasks] == ['conversation']
+    assert "tasks.memory.every_n_frames is not used: task 'memory' is not in task_names ['conversation']" in cfg.notes
+    assert any(n.startswith('tasks.narration.every_n_frames is not used') for n in cfg.notes)
 
 
 def test_optional_lists_and_shipped_profiles_are_known_names():

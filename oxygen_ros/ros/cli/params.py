@@ -71,6 +71,11 @@ def parse_value(text: str, ptype: int = P.PARAMETER_NOT_SET) -> ParameterValue:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         value = text
+    if ptype == P.PARAMETER_DOUBLE and isinstance(value, str):  # YAML 1.1 reads 1e-3 as text
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     value = _scalar(value, ptype, text)
     if isinstance(value, list):
         item = _ARRAY_ITEM.get(ptype, P.PARAMETER_NOT_SET)

@@ -26,9 +26,14 @@ _END = re.compile(r'\[request (\d+) (rejected|expired|failed|cancelled)(?:: (.*)
 _WAITING = re.compile(r'\s*\[request (\d+) waiting(?:: .*)?\]\s*', re.S)
 
 
-def split_header(text: str) -> tuple[int | None, str | None, str]:
+def split_header(text: str, question: str | None = None) -> tuple[int | None, str | None, str]:
     """``'[#3 Q: hi] body'`` -> ``(3, 'hi', 'body')``; ``'[#7] x'`` -> ``(7, None, 'x')``;
-    text without a header -> ``(None, None, text)``."""
+    text without a header -> ``(None, None, text)``. An ask may itself hold ``'] '``: with
+    ``question`` given, a header carrying exactly that question is split after it."""
+    if question is not None:
+        m = re.match(r'\[#(\d+) Q: ', text)
+        if m and text.startswith(question + '] ', m.end()):
+            return int(m.group(1)), question, text[m.end() + len(question) + 2:]
     m = _HEADER.match(text)
     if m is None:
         return None, None, text
@@ -102,7 +107,7 @@ class AskReader:
         if self.header == 'none':
             self._streaming = True
         elif _is_header(text):
-            rid, question, _ = split_header(text)
+            rid, question, _ = split_header(text, self.question)
             if not self.published_at:
                 self._old.add(rid)
             elif self._live:
@@ -133,7 +138,7 @@ class AskReader:
                 return
             self._finish(text, None)
             return
-        rid, question, body = split_header(text)
+        rid, question, body = split_header(text, self.question)
         if rid is None:
             return
         if not self.published_at:

@@ -143,7 +143,6 @@ def apply_live(node: Any, params: dict[str, Any]) -> str:
     node.worker.utterances.set_header(new.text_header)
     node.outputs.command_stream.max_hold_s = new.command_max_hold_s
     node.inputs.reconfigure(new)
-    node.worker.input_timeout_s = new.input_timeout_s
     if new.diagnostics_period_s != node.cfg.diagnostics_period_s:
         node.set_diagnostics_period(new.diagnostics_period_s)
     node.cfg = new

@@ -33,32 +33,46 @@ def suggest(name: str, declared: Iterable[str]) -> str | None:
     return got[0] if got else None
 
 
-def unknown_names(given: Iterable[str], declared: Iterable[str], tasks: Iterable[str] = ()) -> list[str]:
-    """One message per name in ``given`` that is not ``declared``, sorted, each with a suggestion
-    (``tasks``: the node's ``task_names``, for ``tasks.<name>.*`` of a task that is not listed).
+def unknown_names(given: Iterable[str], declared: Iterable[str], tasks: Iterable[str] = (),
+                  task_fields: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """Names in ``given`` that are not ``declared``: (errors, notes), each sorted, one message per name.
 
-    Example: ``unknown parameter engine.tokens_per_fram (did you mean engine.tokens_per_frame?)``.
+    An error names a typo with the closest declared name: ``unknown parameter
+    engine.tokens_per_fram (did you mean engine.tokens_per_frame?)``. A note is a real task
+    field (``task_fields``) of a task that is not in ``tasks`` (``task_names``) — a task turned off
+    by narrowing the list over a shared file (``task_names: [conversation]`` over config/oxygen.yaml's
+    ``tasks.memory.*``) — unless the task's name is close to a listed one (``tasks.conversaton.*``:
+    an error, a typo).
     """
     declared = set(declared)
-    tasks = list(tasks)
-    problems = []
+    tasks, fields = list(tasks), set(task_fields)
+    errors, notes = [], []
     for name in sorted(set(given) - declared):
         if name.startswith(IGNORED_PREFIXES):
             continue
         parts = name.split('.')
-        if len(parts) >= 3 and parts[0] == 'tasks' and parts[1] not in tasks:
-            close = suggest(parts[1], tasks)
-            why = f'task {parts[1]!r} is not in task_names {tasks}: add it there to configure it'
-            problems.append(f'unknown parameter {name} ({why}' + (f', or did you mean {close}?)' if close else ')'))
+        if len(parts) == 3 and parts[0] == 'tasks' and parts[1] not in tasks:
+            close = difflib.get_close_matches(parts[1], tasks, n=1, cutoff=0.8)
+            if close:
+                errors.append(f'unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}; '
+                              f'did you mean tasks.{close[0]}.{parts[2]}?)')
+            elif parts[2] in fields:
+                notes.append(f'{name} is not used: task {parts[1]!r} is not in task_names {tasks}')
+            else:
+                errors.append(f'unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}, '
+                              f'and {parts[2]!r} is not a task parameter)')
             continue
         hint = suggest(name, declared)
-        problems.append(f'unknown parameter {name}' + (f' (did you mean {hint}?)' if hint else ''))
-    return problems
+        errors.append(f'unknown parameter {name}' + (f' (did you mean {hint}?)' if hint else ''))
+    return errors, notes
 
 
-def unknown_parameters(node: Node, tasks: Iterable[str] = ()) -> list[str]:
+def unknown_parameters(node: Node, tasks: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """:func:`unknown_names` of ``node``'s overrides (the parameter files and ``-p`` values
     addressed to it) against the names it has declared so far — call it after every declaration."""
+    from oxygen_ros.ros.params.specs import task_specs
+
     overrides = getattr(node, '_parameter_overrides', None) or {}  # rclpy has no public accessor
     declared = node.list_parameters([], 0).names
-    return unknown_names(overrides, declared, tasks)
+    fields = [s.name.split('.')[-1] for s in task_specs('_')]
+    return unknown_names(overrides, declared, tasks, fields)

@@ -166,6 +166,7 @@ class NodeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     rtc: RTCConfig = field(default_factory=RTCConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # parameters given but unused (a task not in task_names): logged
 
 
 #: Optional joint lists of the action space (unset = empty: rcl's YAML parser rejects ``[]``).
@@ -266,7 +267,8 @@ def read_node_config(node: Node) -> NodeConfig:
             and values.get('command_type') == 'joint_state'):
         problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
                         "commands are not joint states; use command_type: float64_multi_array")
-    problems += unknown_parameters(node, names)  # after every declaration above
+    unknown, notes = unknown_parameters(node, names)  # after every declaration above
+    problems += unknown
     if problems:
         raise ParamError(problems)
     topics, tasks = {}, []
@@ -286,7 +288,7 @@ def read_node_config(node: Node) -> NodeConfig:
     plain = {k: v for k, v in values.items() if '.' not in k and k not in ('task_names', 'autostart')}
     plain['joint_names'] = tuple(plain['joint_names'])
     return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
-                      cameras=cameras, engine=engine, task_topics=topics, rtc=rtc)
+                      cameras=cameras, engine=engine, task_topics=topics, rtc=rtc, notes=tuple(notes))
 
 
 class ParamsFileError(ValueError):

@@ -19,7 +19,7 @@ Every request that ends is answered with an utterance, in order:
   ends its utterance with a notice saying why, e.g. ``[request 3 expired: waited 30.0 s …]``,
   after whatever text it had produced;
 - an ask taken while the node has no observation yet (no camera image assembled since
-  activation, or none for ``input_timeout_s``: it can only wait in the queue) gets an immediate *waiting notice* on the task's text
+  activation, or every camera silent for ``input_timeout_s``: it can only wait in the queue) gets an immediate *waiting notice* on the task's text
   topic (:func:`waiting_notice`), e.g. ``[request 3 waiting: no camera input yet; it waits up to
   30.0 s (engine.max_queue_wait_s) for an observation]``. It is NOT the end of the utterance and
   not part of it: no header, no deltas; the utterance (the answer, or the expiry notice) follows

@@ -82,8 +82,10 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
         oxy_cmd += ['-p', f'device:={args.device}']
     oxy_cmd += ['-p', f'engine.seed:={args.seed}']  # the flow noise: the same seed, the same chunks
     # the node's input timeout is wall time: a sim slowed to --rtf sends 1/rtf times less often, and
-    # the sim is stopped first at the end (no stale-input warning while the node is stopped after it)
-    oxy_cmd += ['-p', f'input_timeout_s:={max(1.0, 1.0 / args.rtf) if args.rtf > 0 else 1.0:.2f}']
+    # at the end the sim is stopped first (SIGINT, up to 30 s) while the node still runs: 10 s of
+    # silence is the loop's stop, not a fault (the loop's own monitor reports command loss)
+    timeout_s = min(3600.0, 10.0 / args.rtf) if 0 < args.rtf < 1 else 10.0
+    oxy_cmd += ['-p', f'input_timeout_s:={timeout_s:.2f}']
     if args.rtc:
         oxy_cmd += ['-p', 'rtc.enabled:=true']
     for p in args.oxygen_param:
