@@ -36,7 +36,7 @@ def close_context(context: Any, nodes: Iterable[Any] = (), executor: Any | None 
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout_s)
     if executor is not None:
-        executor.shutdown()
+        executor.shutdown(timeout_s)  # bounded: never hang a closing tool on a stuck callback
     for node in nodes:
         node.destroy_node()
 

@@ -178,3 +178,12 @@ def test_global_options_go_before_or_after_the_verb():
 def test_bad_node_names_exit_2_without_touching_ros(capsys):
     assert main(['--node', 'bad name', 'lifecycle', 'get']) == 2
     assert 'not a ROS node name' in capsys.readouterr().err
+
+
+def test_the_watchdog_ends_a_command_stuck_outside_its_waits():
+    import subprocess
+    import sys
+    code = ('import time; from oxygen_ros.ros.cli.main import _watchdog; _watchdog(0.2, "params"); '
+            'time.sleep(30)')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 1 and 'oxygen params: gave up after 0.2 s' in r.stderr, r

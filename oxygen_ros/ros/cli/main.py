@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TextIO
 
@@ -158,6 +159,23 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
         return params.set_values(peer, list(zip(args.pairs[::2], args.pairs[1::2])), out)
 
 
+#: Upper bound of a command's graph discovery and rclpy start/stop, seconds (for the watchdog).
+DISCOVERY_BOUND_S = 15.0
+
+
+def _watchdog(seconds: float, verb: str) -> None:
+    """End the process with status 1 and a line on stderr if it still runs after ``seconds``
+    (a daemon timer: it never delays a normal exit)."""
+    def fire() -> None:
+        sys.stderr.write(f'oxygen {verb}: gave up after {seconds:g} s (no answer from the ROS graph)\n')
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``oxygen`` with ``argv`` (default: the command line); returns the exit status (module
     doc). Errors are one line on stderr (``oxygen <verb>: …``), never a traceback."""
@@ -170,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     key = 'transition' if args.verb == 'lifecycle' and args.transition != 'get' else args.verb
     timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[key]
     out, err = _writer(sys.stdout), _writer(sys.stderr)
+    endless = (args.verb == 'listen' and args.duration is None) or (args.verb == 'status' and args.watch)
+    if not endless:  # every wait has its deadline; this bounds what rclpy/DDS could block outside them
+        _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
     try:
         return _run(args, timeout, out, err)
     except CliError as exc:
