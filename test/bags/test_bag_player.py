@@ -79,7 +79,9 @@ def test_plays_recorded_bytes_at_recorded_timing_with_clock(player_node):
     assert stats.late <= 5
     clock = [m.clock.sec * 10**9 + m.clock.nanosec for m in peer.messages('/clock')]
     assert len(clock) >= 35 and clock == sorted(clock)
-    assert T0 <= clock[0] <= T0 + 100_000_000 and abs(clock[-1] - (T0 + 2 * 10**9)) < 150_000_000
+    # the clock starts at the bag's first stamp (not 0, not wall time); its first tick may come a few
+    # 50 Hz periods late on a loaded machine (a loop run once saw 174 ms)
+    assert T0 <= clock[0] <= T0 + 300_000_000 and abs(clock[-1] - (T0 + 2 * 10**9)) < 150_000_000
 
 
 def test_remap_and_start_offset(player_node):
