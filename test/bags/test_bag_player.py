@@ -75,7 +75,9 @@ def test_plays_recorded_bytes_at_recorded_timing_with_clock(player_node):
     assert list(states[0].name) == list(JOINT_NAMES)
     assert len(peer.messages(CAM)) == 20
     span = peer.times('/joint_states')[-1] - peer.times('/joint_states')[0]
-    assert 0.8 <= span <= 1.6, f'1.98 s of bag at rate 2 took {span:.2f} s'
+    # received times: a first message delivered late shortens the span on a loaded machine (one
+    # run saw 0.79 s); as fast as possible would take a few ms, rate 1 about 2 s
+    assert 0.6 <= span <= 1.6, f'1.98 s of bag at rate 2 took {span:.2f} s'
     assert stats.late <= 5
     clock = [m.clock.sec * 10**9 + m.clock.nanosec for m in peer.messages('/clock')]
     assert len(clock) >= 35 and clock == sorted(clock)
@@ -173,7 +175,9 @@ def test_feeds_the_oxygen_node_and_records_its_outputs(tmp_path):
     for msg in chunks:
         assert list(msg.joint_names) == list(JOINT_NAMES)
         assert len(msg.points) == get_preset('pi05-tiny').action_horizon
-        assert np.abs(cams - _stamp_ns(msg)).min() < 30_000_000  # stamped by a bag observation
+        # stamped by a bag observation: its stamp is the newer of the image and the matched joint
+        # state, which is within state_tolerance_s (0.05 s in config/oxygen.yaml) of the image
+        assert np.abs(cams - _stamp_ns(msg)).min() <= 50_000_000
     texts = [deserialize_message(r, String).data for r in out.get('/conversation/text', [])]
     texts = [t for t in texts if not is_waiting_notice(t)]  # an ask ahead of the first observation
     assert len(texts) == 4, (play.stdout, log)  # the bag's four asks, answered
