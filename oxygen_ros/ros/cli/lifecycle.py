@@ -50,8 +50,8 @@ def lifecycle(peer: Peer, verb: str, write: Callable[[str], None], err: Callable
         labels = ', '.join(sorted({t.transition.label for t in available})) or 'none'
         raise CliError(f'cannot {verb} {peer.fqn} from state {before!r} (possible: {labels})')
     statuses = StatusWatch(peer) if verb == 'configure' else None  # subscribed before the transition
-    ok = peer.call(ChangeState, 'change_state',
-                   ChangeState.Request(transition=Transition(id=match[0].id, label=verb))).success
+    ok = peer.call(ChangeState, 'change_state', ChangeState.Request(transition=Transition(id=match[0].id, label=verb)),
+                   idempotent=False).success
     after = peer.lifecycle_state()
     if ok:
         write(f'{peer.fqn}: {before} -> {after}\n')

@@ -22,7 +22,7 @@ from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
 __all__ = ['DEFAULT_TIMEOUT_S', 'build_parser', 'main']
 
 #: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
-DEFAULT_TIMEOUT_S = {'ask': 120.0, 'listen': 10.0, 'status': 10.0, 'params': 10.0, 'lifecycle': 10.0,
+DEFAULT_TIMEOUT_S = {'ask': 120.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
                      'transition': 300.0}
 
 _EXIT_CODES = """exit status: 0 success; 1 failed (answer ended with a notice, value refused, transition
@@ -68,7 +68,7 @@ def _global_options(top_level: bool) -> argparse.ArgumentParser:
                       help='the node: name, or namespace/name like /robot/oxygen (default: oxygen)')
     opts.add_argument('--timeout', type=_positive, default=None if top_level else argparse.SUPPRESS, metavar='SEC',
                       help='longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, '
-                           'others 10; finding the node waits at most 10)')
+                           'others 20; finding the node waits at most 20)')
     return opts
 
 
@@ -160,7 +160,7 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
 
 
 #: Upper bound of a command's graph discovery and rclpy start/stop, seconds (for the watchdog).
-DISCOVERY_BOUND_S = 15.0
+DISCOVERY_BOUND_S = 30.0
 
 
 def _watchdog(seconds: float, verb: str) -> None:

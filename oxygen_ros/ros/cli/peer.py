@@ -29,7 +29,11 @@ __all__ = ['DISCOVERY_S', 'EXIT_FAILED', 'EXIT_OK', 'EXIT_USAGE', 'CliError', 'P
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: Longest wait for the target node to appear in the ROS graph (bounded further by ``--timeout``).
-DISCOVERY_S = 10.0
+DISCOVERY_S = 20.0
+#: After a service is seen, time for discovery to match its response path to this client, seconds.
+SETTLE_S = 0.2
+#: An idempotent request not answered in this long is sent again (a lost response), seconds.
+RESEND_S = 3.0
 _TOKEN = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 
 
@@ -156,8 +160,14 @@ class Peer:
         raise CliError(f'node {self.fqn} not found; is it running? ({env}){hint}', EXIT_USAGE)
 
     # ------------------------------------------------------------------ services
-    def call(self, srv_type: Any, suffix: str, request: Any, timeout: float | None = None) -> Any:
+    def call(self, srv_type: Any, suffix: str, request: Any, timeout: float | None = None,
+             idempotent: bool = True) -> Any:
         """Call the node's service ``<fqn>/<suffix>`` and return the response.
+
+        A new client's request can be answered before the server has matched the client's response
+        reader (DDS discovers the two directions separately), and that response is lost. So the
+        client first gives discovery :data:`SETTLE_S`, and an ``idempotent`` request (a query, a
+        parameter set) is sent again every :data:`RESEND_S` until answered.
 
         Raises:
             CliError: the service is not offered within the timeout (code 2) or does not answer
@@ -167,12 +177,17 @@ class Peer:
         client = self.node.create_client(srv_type, name)
         try:
             wait = self.timeout if timeout is None else timeout
+            end = time.monotonic() + wait
             if not self.spin_until(client.service_is_ready, min(wait, DISCOVERY_S)):
                 raise CliError(f'service {name} not available (is {self.fqn} an oxygen node?)', EXIT_USAGE)
-            future = client.call_async(request)
-            if not self.spin_until(future.done, wait):
-                raise CliError(f'no answer from {name} within {wait:g} s')
-            return future.result()
+            self.spin_for(SETTLE_S)
+            while True:
+                future = client.call_async(request)
+                left = end - time.monotonic()
+                if self.spin_until(future.done, min(left, RESEND_S) if idempotent else left):
+                    return future.result()
+                if not idempotent or time.monotonic() >= end:
+                    raise CliError(f'no answer from {name} within {wait:g} s')
         finally:
             self.node.destroy_client(client)
 
