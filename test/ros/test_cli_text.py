@@ -187,3 +187,13 @@ def test_the_watchdog_ends_a_command_stuck_outside_its_waits():
             'time.sleep(30)')
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=20)
     assert r.returncode == 1 and 'oxygen params: gave up after 0.2 s' in r.stderr, r
+
+
+def test_main_called_in_process_leaves_no_watchdog_behind(capsys):
+    import threading
+    before = set(threading.enumerate())
+    assert main(['--node', 'not a name', 'params', 'get', 'x']) == 2
+    timers = [t for t in set(threading.enumerate()) - before if isinstance(t, threading.Timer)]
+    for t in timers:
+        t.join(2.0)  # cancelled: the thread ends at once
+    assert timers and not [t for t in timers if t.is_alive()]

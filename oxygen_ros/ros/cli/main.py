@@ -163,9 +163,9 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
 DISCOVERY_BOUND_S = 30.0
 
 
-def _watchdog(seconds: float, verb: str) -> None:
+def _watchdog(seconds: float, verb: str) -> threading.Timer:
     """End the process with status 1 and a line on stderr if it still runs after ``seconds``
-    (a daemon timer: it never delays a normal exit)."""
+    (a daemon timer: it never delays a normal exit); :func:`main` cancels it when it returns."""
     def fire() -> None:
         sys.stderr.write(f'oxygen {verb}: gave up after {seconds:g} s (no answer from the ROS graph)\n')
         sys.stderr.flush()
@@ -174,6 +174,7 @@ def _watchdog(seconds: float, verb: str) -> None:
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
     timer.start()
+    return timer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[key]
     out, err = _writer(sys.stdout), _writer(sys.stderr)
     endless = (args.verb == 'listen' and args.duration is None) or (args.verb == 'status' and args.watch)
-    if not endless:  # every wait has its deadline; this bounds what rclpy/DDS could block outside them
-        _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
+    # every wait has its deadline; the watchdog bounds what rclpy/DDS could block outside them
+    watchdog = None if endless else _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
     try:
         return _run(args, timeout, out, err)
     except CliError as exc:
@@ -203,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `oxygen listen | head -3`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if watchdog is not None:  # main() returned (also when called in-process, e.g. by tests)
+            watchdog.cancel()
 
 
 if __name__ == '__main__':
