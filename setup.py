@@ -37,6 +37,8 @@ setup(
             "ingress_bench = oxygen_ros.ros.ingress.bench:main",
             "aloha_sim = oxygen_ros.sim.node:main",
             "closed_loop = oxygen_ros.sim.closed_loop.run:main",
+            "scripted_policy = oxygen_ros.sim.task.policy_node:main",
+            "evaluate = oxygen_ros.evaluate.cli:main",
             "norm_stats = oxygen_ros.stats.tool:main",
         ],
     },

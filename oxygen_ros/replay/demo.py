@@ -5,7 +5,8 @@
 2. replays the bag offline through the unified engine with the node's parameter file
    (``config/oxygen.yaml``), one frame per camera frame, as fast as the CPU allows, streaming the
    language tasks to the terminal (conversation answers to the bag's asks, periodic memory notes);
-3. prints the report and writes the output bag, report and plots to ``--out``.
+3. prints the report (timing, and the open-loop action accuracy against the bag's commanded actions
+   next to a hold-the-state baseline) and writes the output bag, report and plots to ``--out``.
 
 With ``--model /path/to/pi05`` a real checkpoint is used instead (no random weights, greedy text).
 Random weights produce meaningless text; greedy decoding of them only repeats the last prompt
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(result.report)
     print(f'\noutputs in {args.out}/: output_bag/ (mcap: action chunks + text), report.txt, '
-          'report.json, timeline.png, trajectories.png, decode_batch.png')
+          'report.json, ' + ', '.join(f.name for f in result.files if f.suffix == '.png'))
     print(f'demo finished in {time.perf_counter() - t0:.0f} s')
     return 0 if result.ok else 3
 

@@ -59,7 +59,8 @@ class NodeSim:
         types: topic -> bag message type (``pkg/msg/Name``) of every topic that will be fed.
         start_ns: bag start (log time) — the zero of the bag clock.
         writer: output bag (None: nothing written); console: terminal output.
-        reference_topic: a JointState topic recorded for the trajectory plot (e.g. commands).
+        reference_topic: a JointState topic recorded for the trajectory plot and the action
+            accuracy (e.g. commands); reference_joints: its joint names when its messages have none.
         rate: bag seconds per wall second of a chunk's latency (the playback rate; 1 = fast timing).
         stats: where frames, requests and drops are recorded.
         now: wall clock (seconds).
@@ -68,15 +69,17 @@ class NodeSim:
     def __init__(self, cfg: NodeConfig, topics: TopicMap, engine: Engine, types: dict[str, str],
                  start_ns: int, writer: BagOutput | None, console: Console, stats: ReplayStats,
                  reference_topic: str | None = None,
-                 now: Callable[[], float] = time.perf_counter, rate: float = 1.0) -> None:
+                 now: Callable[[], float] = time.perf_counter, rate: float = 1.0,
+                 reference_joints: tuple[str, ...] = ()) -> None:
         self.cfg, self.topics, self.engine, self.writer = cfg, topics, engine, writer
         self.console, self.stats, self.start_ns, self.now = console, stats, start_ns, now
-        self.reference_topic = reference_topic
+        self.reference_topic, self.reference_joints = reference_topic, tuple(reference_joints)
+        self.reference_note: str | None = None  # why there is no reference topic (set by the replay)
         self.classes = {t: msg_class(m) for t, m in types.items()}
         self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
                                         decode_image, instruction=cfg.instruction)
         self.utterances = Utterances([t.name for t in engine.cfg.tasks], cfg.text_header)
-        self._state_names = cfg.state_joint_names or cfg.joint_names
+        self._state_names = self.state_names = cfg.state_joint_names or cfg.joint_names
         self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
         engine.handover.relative_to_state(self.frames.space.delta, self.frames.space.anchor)  # RTC, delta spaces
         self.position_topic = resolve_topic(cfg.position_action_topic)
@@ -84,7 +87,9 @@ class NodeSim:
         self.bag_now_ns = start_ns  # bag clock: log time of the newest fed message
         self.times: dict[str, list[float]] = {t: [] for t in (*topics.cameras, topics.joint_state)}
         self.states: list[tuple[float, np.ndarray]] = []
-        self.reference: list[tuple[float, np.ndarray]] = []
+        self.reference: list[tuple[float, np.ndarray]] = []  # in joint_names order (the plot)
+        self.reference_samples: list[tuple[float, list[str], np.ndarray]] = []  # (stamp, names, positions)
+        self.position_chunks = True  # every chunk in self.chunks is joint positions of joint_names
         self.chunks: list[ActionChunk] = []
         self.texts: list[tuple[str, int, str]] = []
         self.available: OrderedDict[float, float] = OrderedDict()  # input stamp -> wall arrival
@@ -138,19 +143,19 @@ class NodeSim:
             self.times[topic].append(t)
             self._arrived(stamp, arrival)
             return None if verdict is Verdict.OUT_OF_ORDER else slot
-        if topic == self.topics.joint_state or topic == self.reference_topic:
+        if topic == self.reference_topic:
+            self._reference(msg, log_ns)
+            if topic != self.topics.joint_state:
+                return None
+        if topic == self.topics.joint_state:
             try:
-                vec = joint_state_to_vector(msg, self._state_names if topic == self.topics.joint_state else self.cfg.joint_names)
+                vec = joint_state_to_vector(msg, self._state_names)
             except JointStateError as exc:
                 self.stats.drops[f'bad joint states on {topic}'] += 1
                 if self.stats.drops[f'bad joint states on {topic}'] == 1:
                     self.console.line(f'[{t:6.2f} s] {topic}: {exc}; message dropped')
                 return None
             stamp = self._stamp(msg, log_ns)
-            if topic == self.reference_topic:
-                self.reference.append((stamp, vec))
-                if topic != self.topics.joint_state:
-                    return None
             self.times[topic].append(t)
             self.states.append((stamp, vec))
             self._verdict(self.asm.add_state(stamp, vec), 'joint state')
@@ -160,6 +165,17 @@ class NodeSim:
         for task in self.topics.asks.get(topic, ()):
             self._ask(task, msg.data, t)
         return None
+
+    def _reference(self, msg: Any, log_ns: int) -> None:
+        """Keep a reference message as (stamp, names, positions); in the plot's list when it
+        has every joint (names from ``reference_joints`` when the message has none)."""
+        names = list(msg.name) or list(self.reference_joints)
+        pos = np.asarray(msg.position, dtype=np.float64)
+        stamp = self._stamp(msg, log_ns)
+        self.reference_samples.append((stamp, names, pos))
+        index = {n: i for i, n in reversed(list(enumerate(names))) if i < pos.shape[0]}
+        if all(n in index for n in self.cfg.joint_names):
+            self.reference.append((stamp, pos[[index[n] for n in self.cfg.joint_names]]))
 
     def _arrived(self, stamp: float, wall: float) -> None:
         self.available.setdefault(stamp, wall)
@@ -227,6 +243,7 @@ class NodeSim:
             self.stats.meta['command_kind'] = kind
             # the report plots joint positions: keep the robot command when it is one per joint
             full = cmd.position_joints == tuple(self.cfg.joint_names)
+            self.position_chunks &= full
             self.chunks.append(ActionChunk(cmd.positions, chunk.stamp, chunk.frame_id) if full else chunk)
             if self.writer is not None:
                 self.writer.write(self.topics.action, log_ns, main)

@@ -4,7 +4,9 @@
   request admission, batched decode, bookkeeping), and per-frame stage times against the deadline;
 - ``trajectories.png``: for a few joints, the recorded joint state, the recorded reference command
   (if the bag has one) and every predicted action chunk at the times it covers;
-- ``decode_batch.png``: decode batch size, running requests and tokens per frame over time.
+- ``decode_batch.png``: decode batch size, running requests and tokens per frame over time;
+- ``action_error.png`` (only with a usable reference, :mod:`oxygen_ros.replay.accuracy`): open-loop
+  error vs horizon index (policy and hold baseline) and the per-joint normalised MAE.
 """
 
 from __future__ import annotations
@@ -129,9 +131,42 @@ def _decode_batch(stats: ReplayStats, path: Path) -> Path:
     return path
 
 
+def _action_error(acc: dict[str, Any], path: Path) -> Path:
+    fig = Figure(figsize=(11, 4.2), layout='constrained')
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=(1, 1.4))
+    ax1b = ax1.twinx()
+    base = acc['hold_baseline']
+    for label, src, color in (('policy', acc, '#c44e52'), ('hold baseline', base, '#4c72b0')):
+        for ax, key, ls, what in ((ax1, 'mae', '-', 'MAE'), (ax1b, 'mae_norm', ':', 'normalised MAE')):
+            vals = np.array([np.nan if v is None else v for v in src['by_horizon'][key]], dtype=float)
+            ax.plot(np.arange(len(vals)), vals, ls=ls, color=color, label=f'{label} {what}')
+    ax1.set_xlabel('horizon index')
+    ax1.set_ylabel('MAE, mean over joints (joint units, solid)')
+    ax1b.set_ylabel('normalised MAE (dotted)')
+    lines, more = ax1.get_legend_handles_labels(), ax1b.get_legend_handles_labels()
+    ax1.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7)
+    ax1.set_title(f"open-loop error vs {acc['reference_topic']}")
+    names = list(acc['per_joint'])
+    x = np.arange(len(names))
+    for k, (label, per, color) in enumerate((('policy', acc['per_joint'], '#c44e52'),
+                                             ('hold baseline', base.get('per_joint', {}), '#4c72b0'))):
+        vals = [np.nan if per.get(n, {}).get('mae_norm') is None else per[n]['mae_norm'] for n in names]
+        ax2.bar(x + (k - 0.5) * 0.4, vals, width=0.4, color=color, label=label)
+    ax2.set_xticks(x, names, rotation=60, ha='right', fontsize=7)
+    ax2.set_ylabel('MAE / recorded range (q01-q99)')
+    ax2.set_title('per-joint normalised MAE (no bar: missing joint or range ~0)')
+    ax2.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def save_plots(stats: ReplayStats, sim: Any, out: Path) -> list[Path]:
-    """Write the three PNGs into ``out``; returns their paths (none when there is no frame)."""
+    """Write the PNGs into ``out``; returns their paths (none when there is no frame;
+    ``action_error.png`` only when the action accuracy was measured)."""
     if not stats.frames:
         return []
-    return [_timeline(stats, out / 'timeline.png'), _trajectories(stats, sim, out / 'trajectories.png'),
-            _decode_batch(stats, out / 'decode_batch.png')]
+    paths = [_timeline(stats, out / 'timeline.png'), _trajectories(stats, sim, out / 'trajectories.png'),
+             _decode_batch(stats, out / 'decode_batch.png')]
+    if stats.accuracy.get('available'):
+        paths.append(_action_error(stats.accuracy, out / 'action_error.png'))
+    return paths

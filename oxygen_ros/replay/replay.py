@@ -18,10 +18,11 @@ Timing (``--timing``):
 After the bag, running language requests are decoded to the end (``--no-drain``: cancelled).
 
 Outputs in ``--out``: ``output_bag/`` (mcap; JointTrajectory chunks on the action topic, String
-deltas and finished texts per task), ``report.txt``/``report.json``, and the PNG plots of
-:mod:`oxygen_ros.replay.plots`. Exit status: 0 ok; 2 unusable input (bag, parameters, model) with a one-
-line reason; 3 the replay ran but is incomplete (bag read error, unreadable messages, or no
-action chunk at all) — the report says why.
+deltas and finished texts per task), ``report.txt``/``report.json`` (with the open-loop action
+accuracy against the bag's commanded actions, ``--reference-topic``, or joint states:
+:mod:`oxygen_ros.replay.accuracy`) and the PNG plots of :mod:`oxygen_ros.replay.plots`. Exit status:
+0 ok; 2 unusable input (bag, parameters, model) with a one-line reason; 3 the replay ran but is
+incomplete (bag read error, unreadable messages, or no action chunk at all) — the report says why.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from oxygen_ros.bags.reader import BagError, BagInput
 from oxygen_ros.bags.writer import BagOutput
+from oxygen_ros.replay.accuracy import reference_problem, replay_accuracy
 from oxygen_ros.replay.report import ReplayStats, find_gaps, format_report
 from oxygen_ros.replay.loops import drain, run_fast, run_recorded
 from oxygen_ros.replay.prepare import (ReplayError, ReplaySetupError, TopicMap, check_bag,
@@ -41,7 +43,8 @@ from oxygen_ros.replay.prepare import (ReplayError, ReplaySetupError, TopicMap, 
 
 __all__ = ['ReplayError', 'ReplayOptions', 'ReplayResult', 'build_parser', 'main', 'replay']
 
-_OUT_FILES = ('report.txt', 'report.json', 'timeline.png', 'trajectories.png', 'decode_batch.png')
+_OUT_FILES = ('report.txt', 'report.json', 'timeline.png', 'trajectories.png', 'decode_batch.png',
+              'action_error.png')
 
 
 @dataclass
@@ -59,6 +62,8 @@ class ReplayOptions:
     max_frames: int = 0
     trigger_slot: str | None = None
     reference_topic: str | None = '/commanded_action'
+    reference_joints: tuple[str, ...] = ()
+    gripper_joints: tuple[str, ...] | None = None
     warmup: int = 1
     drain: bool = True
     plots: bool = True
@@ -149,8 +154,8 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
     _prepare_out(opts.out, opts.overwrite)
     torch.manual_seed(cfg.engine.seed)  # periodic requests sample from the global RNG
     engine = make_engine(policy, cfg.engine, rtc=cfg.rtc)
-    ref = opts.reference_topic if opts.reference_topic in bag.topics and \
-        bag.topics[opts.reference_topic].msgtype == 'sensor_msgs/msg/JointState' else None
+    ref_note = reference_problem(opts.reference_topic, {t: i.msgtype for t, i in bag.topics.items()})
+    ref = None if ref_note else opts.reference_topic
     read = [t for t in dict.fromkeys([*topics.inputs, *([ref] if ref else [])]) if t in bag.topics]
     stats = ReplayStats(warnings=list(warnings))
     slots = [s for s in policy.cfg.image_slots if any(v[0] == s and t in bag.topics
@@ -179,7 +184,9 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
                       opts.show_text)
     sim = NodeSim(cfg, topics, engine, {t: bag.topics[t].msgtype for t in read}, bag.start_ns,
                   writer, console, stats, reference_topic=ref,
-                  rate=opts.rate if opts.timing == 'recorded' else 1.0)
+                  rate=opts.rate if opts.timing == 'recorded' else 1.0,
+                  reference_joints=opts.reference_joints)
+    sim.reference_note = ref_note  # why there is no reference topic (the accuracy report says)
     sim.warmup = opts.warmup
     for w in warnings:
         console.line(f'warning: {w}')
@@ -235,6 +242,8 @@ def _finish(opts: ReplayOptions, stats: ReplayStats, sim, writer) -> ReplayResul
     if not sim.chunks:
         why = '; '.join(f'{v}x {k}' for k, v in stats.waiting.items()) or 'no trigger image'
         result.problems.append(f'no action chunk was produced ({why})')
+    stats.accuracy = replay_accuracy(sim, sim.topics.joint_state, sim.reference_topic,
+                                     sim.reference_note, opts.reference_joints, opts.gripper_joints)
     result.report = format_report(stats)
     if result.problems:
         result.report += '\n  INCOMPLETE      ' + '\n                  '.join(result.problems)
@@ -267,7 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--max-frames', type=int, default=0, help='stop after N frames (0 = whole bag)')
     p.add_argument('--trigger-slot', default=None, help='image slot whose images trigger frames')
     p.add_argument('--reference-topic', default='/commanded_action',
-                   help='JointState topic plotted against the predictions (if in the bag)')
+                   help='JointState topic of commands: plotted and the action-accuracy reference '
+                   "(if in the bag; else the joint states are; '' = joint states)")
+    p.add_argument('--reference-joints', default='', metavar='NAMES',
+                   help='comma-separated joint names of the reference positions, for messages without names')
+    p.add_argument('--gripper-joints', default=None, metavar='NAMES',
+                   help="comma-separated gripper joints of the accuracy report (default: names with 'gripper')")
     p.add_argument('--warmup', type=int, default=1, help='frames excluded from timing statistics')
     p.add_argument('--no-drain', action='store_true', help='cancel running text at the bag end')
     p.add_argument('--no-plots', action='store_true')
@@ -286,9 +300,15 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         params_file=args.params_file, params=tuple(args.param), model=args.model,
         timing=args.timing, rate=args.rate, frame_period_s=args.frame_period,
         max_frames=args.max_frames, trigger_slot=args.trigger_slot,
-        reference_topic=args.reference_topic, warmup=args.warmup, drain=not args.no_drain,
+        reference_topic=args.reference_topic, reference_joints=_names(args.reference_joints),
+        gripper_joints=None if args.gripper_joints is None else _names(args.gripper_joints),
+        warmup=args.warmup, drain=not args.no_drain,
         plots=not args.no_plots, progress=args.progress, show_text=not args.quiet_text,
         overwrite=args.overwrite, node_name=args.node_name, namespace=args.namespace)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(',') if n.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

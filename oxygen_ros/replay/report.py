@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from oxygen_ros.replay.accuracy import format_accuracy
+
 __all__ = ['FrameRecord', 'ReplayStats', 'RequestRecord', 'find_gaps', 'format_report', 'summarize']
 
 STAGES = ('vision', 'prefill', 'denoise', 'start', 'decode', 'bookkeeping')
@@ -99,11 +101,15 @@ class ReplayStats:
     wall_total: float = 0.0
     outputs: dict[str, int] = field(default_factory=dict)
     switches: dict[str, Any] = field(default_factory=dict)
+    accuracy: dict[str, Any] = field(default_factory=dict)
 
     def save_json(self, path: str | Path) -> None:
-        """Write the summary and every frame/request record as JSON."""
+        """Write the summary, the action accuracy (:mod:`.accuracy`; when measured) and every
+        frame/request record as JSON."""
         data = {'summary': summarize(self), 'frames': [asdict(f) for f in self.frames],
                 'requests': [asdict(r) for r in self.requests]}
+        if self.accuracy:
+            data['action_accuracy'] = self.accuracy
         Path(path).write_text(json.dumps(data, indent=1, default=str))
 
 
@@ -253,6 +259,7 @@ def format_report(s: ReplayStats) -> str:
         f"{r['chunk_span_s']:.2f} s horizon"
     add(f'  deadline misses {dl} ({src}){dry}')
     add(f'  chunk switches  {_switch_line(r)}')
+    lines += format_accuracy(s.accuracy)
     drops = ', '.join(f'{k} {v}' for k, v in r['drops'].items()) or 'none'
     add(f'  drops           {drops}')
     if r['waiting']:

@@ -13,7 +13,12 @@ Wraps :class:`~oxygen_ros.sim.scene.SimScene` (gym-aloha's transfer-cube scene):
   replace older ones from their start, bad chunks rejected and counted, safe hold + loss report);
 - publishes what it applied on ``~/executed_command`` (``JointState``, reliable) and its status on
   ``/diagnostics`` (``aloha_sim: executor``: state, rates, real-time factor, counters, chunk ages);
-  the status is also published at once on a loss and on resuming;
+  the status is also published at once on a loss, on resuming, on a reset and on task success;
+- detects task success every step (:class:`~oxygen_ros.sim.task.success.LiftSuccess`: the cube
+  lifted ``lift_height_m`` for ``lift_hold_s``) and reports the episode in the status:
+  ``episode_started``, ``episode_time_s``, ``success``, ``success_time_s``, ``lift_max_m``,
+  ``max_reward`` (gym-aloha's staged reward), ``path_length_rad``, ``gripper_path_length``,
+  ``seed``; the episode starts at the first executed chunk step, a reset starts a new one;
 - publishes ``/clock`` with ``publish_clock: true`` (use with ``use_sim_time`` elsewhere, needed
   when ``real_time_factor`` is not 1);
 - resets the scene (arms to the start pose, cube to a new seeded pose) on the ``~/reset`` service
@@ -57,12 +62,13 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.ros.params.specs import ParamError, declare, read_values
 from oxygen_ros.ros.qos import qos_from_name, reliable_qos
 from oxygen_ros.sim.command_inputs import CommandInputs
-from oxygen_ros.sim.executor import ChunkExecutor, Command
+from oxygen_ros.sim.executor import ChunkExecutor, Command, ExecState
 from oxygen_ros.sim.params import NODE_NAME, STATUS_NAME, sim_specs
 from oxygen_ros.sim.publishers import SimPublishers
 from oxygen_ros.sim.runtime import Pacer, Rates, Renderer
 from oxygen_ros.sim.scene import JOINT_NAMES, SimScene
 from oxygen_ros.sim.status import executor_status, sim_summary
+from oxygen_ros.sim.task.success import LiftSuccess
 
 try:  # std_srvs is optional: without it only the ~/reset topic exists
     from std_srvs.srv import Trigger
@@ -111,6 +117,7 @@ class AlohaSimNode(Node):
         every = p['camera_rate_hz'] * self.step_s
         self.camera_every = max(1, math.floor(1.0 / every + 0.5)) if every > 0 and cams else 0
         self.rates = Rates()
+        self.episode = LiftSuccess(p['lift_height_m'], p['lift_hold_s'])
         self.resets = 0
         self.failure = ''
         self._stop = threading.Event()
@@ -227,7 +234,9 @@ class AlohaSimNode(Node):
         now = self.clock_start + self.pacer.elapsed
         self._sim_now = now
         cmd = self.chunk_executor.step(now)
-        self.scene.step(cmd.positions)
+        q = self.scene.step(cmd.positions)
+        succeeded = self.episode.update(self.scene.time, self.scene.cube_position[2], q,
+                                        self.scene.reward, cmd.state == ExecState.EXECUTING)
         self.pacer.advance()
         after = self.clock_start + self.pacer.elapsed
         self._sim_now = after
@@ -241,6 +250,11 @@ class AlohaSimNode(Node):
                                  data.mocap_quat.copy())
         if cmd.event:
             self._on_event(cmd, now)
+        if succeeded:
+            self.get_logger().info(f'task success: cube lifted {self.p["lift_height_m"]:g} m for '
+                                   f'{self.p["lift_hold_s"]:g} s, {self.episode.success_time:.2f} s '
+                                   f'into the episode (seed {self._seed})')
+            self.publish_diagnostics()
 
     def _on_event(self, cmd: Command, now: float) -> None:
         if cmd.event == 'loss':
@@ -264,12 +278,14 @@ class AlohaSimNode(Node):
         q = self.scene.reset(self._seed)
         now = self.clock_start + self.pacer.elapsed
         self.chunk_executor.reset(q, now)
+        self.episode.reset()
         self.pacer.restart()  # the next step publishes the new state (stamps stay increasing)
         self.get_logger().info(f'reset #{self.resets}: arms at the start pose, cube seed '
                                f'{self._seed}, sim time {now:.3f}')
         with self._reset_done:
             self._reset_serial += 1
             self._reset_done.notify_all()
+        self.publish_diagnostics()  # the new episode (an oracle policy follows ``resets``)
 
     # ------------------------------------------------------------------ publishing
     def _publish_state(self, t: float) -> None:
@@ -287,7 +303,7 @@ class AlohaSimNode(Node):
     def summary(self) -> dict[str, Any]:
         """Status values: state, sim time, rates, counters and chunk ages (see module doc)."""
         return sim_summary(self.chunk_executor, self.pacer, self.rates, self.renderer, self.resets,
-                           self.p['real_time_factor'])
+                           self.p['real_time_factor']) | self.episode.summary() | {'seed': self._seed}
 
     def publish_diagnostics(self) -> None:
         """Publish the ``aloha_sim: executor`` status on /diagnostics (any thread)."""

@@ -74,6 +74,10 @@ def sim_specs() -> list[ParamSpec]:
                   'long is reported as a command loss, simulated seconds.', 0.0, 60.0),
         ParamSpec('max_joint_speed', _F, 3.0, 'Speed limit of the applied command per joint, '
                   'rad/s (grippers: normalised opening per s); 0 = none.', 0.0, 1000.0),
+        ParamSpec('lift_height_m', _F, 0.05, 'Task success: lift of the cube centre above its rest '
+                  'height that counts, metres.', 0.001, 1.0),
+        ParamSpec('lift_hold_s', _F, 1.0, 'Task success: how long the lift must last without a '
+                  'break, simulated seconds.', 0.0, 60.0),
         ParamSpec('diagnostics_period_s', _F, 1.0, 'Period of /diagnostics, wall seconds.',
                   0.05, 60.0),
     ]

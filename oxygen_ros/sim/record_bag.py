@@ -146,7 +146,8 @@ def record(
     """
     from tqdm import tqdm
 
-    from oxygen_ros.sim.scene import ScriptedPickLift, SimScene
+    from oxygen_ros.sim.scene import SimScene
+    from oxygen_ros.sim.task.script import ScriptedPickLift
 
     out = Path(out)
     if out.exists() or out.is_symlink():

@@ -4,6 +4,8 @@
   deltas, both processes exit 0 after SIGINT, no QoS / dropped-chunk warnings in either log.
 - The oxygen node killed (SIGKILL) mid-run: the sim holds its last command (finite, no jump, no
   motion while lost), reports the loss; a restarted node resumes the loop.
+- Episode mode with the scripted oracle policy: a successful episode (report['episode']), and a
+  latency beyond the chunk horizon reported as the failure it is.
 """
 
 from __future__ import annotations
@@ -146,3 +148,83 @@ def test_a_misspelled_oxygen_parameter_stops_the_loop_before_it_starts(tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert 'unknown parameter engine.tokens_per_fram (did you mean engine.tokens_per_frame?)' in proc.stderr
     assert 'started aloha_sim' not in proc.stdout  # nothing was started
+
+
+EPISODE_KEYS = {'seed', 'policy', 'latency_ms', 'success', 'time_to_success_s', 'episode_s',
+                'path_length_rad', 'gripper_path_length', 'max_switch_jump', 'lift_max_m',
+                'max_reward'}
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_scripted_oracle_episode_succeeds(tmp_path):
+    """The oracle through the chunk path: success, reported by the sim and in report['episode']."""
+    report, output, rc = _run_loop(tmp_path, '--policy', 'scripted', '--episode-s', '12',
+                                   '--seed', '0', '--ask', '', timeout=120)
+    print(output)
+    assert rc == 0, output
+    ep = report['episode']
+    assert EPISODE_KEYS <= set(ep)
+    assert ep['success'] is True and ep['ended_by'] == 'success'
+    assert ep['seed'] == 0 and ep['policy'] == 'scripted' and ep['latency_ms'] == 0
+    assert 5.5 < ep['time_to_success_s'] < 8.5 and ep['time_to_success_s'] <= ep['episode_s'] < 12
+    assert ep['lift_max_m'] >= 0.1 and ep['max_reward'] >= 2
+    assert 3.0 < ep['path_length_rad'] < 8.0 and ep['gripper_path_length'] > 1.0
+    assert ep['max_switch_jump'] is not None and ep['max_switch_jump'] < 0.05  # one script
+    assert report['target_real_time_factor'] == 1.0 and report['sim']['chunks_executed'] > 50
+    assert report['exit_codes'] == {'sim': [0], 'scripted_policy': [0]}
+    assert 'episode          : SUCCESS (ended by success)' in output
+    assert 'task success' in (tmp_path / 'logs' / 'sim.log').read_text()
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_scripted_oracle_with_a_latency_beyond_the_horizon_fails_honestly(tmp_path):
+    """2 s latency > the 1 s horizon: every chunk arrives expired, the sim never executes one,
+    the robot stays at the start pose and the run ends episode_s sim seconds after the first chunk."""
+    report, output, rc = _run_loop(tmp_path, '--policy', 'scripted', '--episode-s', '4',
+                                   '--latency-ms', '2000', timeout=120)
+    print(output)
+    assert rc == 1, output
+    ep, sim = report['episode'], report['sim']
+    assert ep['success'] is False and ep['time_to_success_s'] is None
+    assert ep['ended_by'] == 'time, no chunk executed' and ep['episode_started'] is False
+    assert ep['latency_ms'] == 2000 and ep['lift_max_m'] == 0.0 and ep['path_length_rad'] == 0.0
+    assert sim['chunks_executed'] == 0 and sim['expired'] >= 10
+    failed = {k for k, v in report['checks'].items() if not v}
+    assert 'episode_success' in failed and 'no_dropped_or_rejected_chunks' in failed
+    assert report['exit_codes'] == {'sim': [0], 'scripted_policy': [0]}
+
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_an_episode_without_success_ends_after_episode_s(tmp_path):
+    """An unreachable criterion (0.5 m lift): the run ends episode_s sim seconds into the episode,
+    with the values of that moment."""
+    report, output, rc = _run_loop(tmp_path, '--policy', 'scripted', '--episode-s', '3',
+                                   '--lift-height-m', '0.5', '--seed', '1', timeout=120)
+    print(output)
+    assert rc == 1, output
+    ep = report['episode']
+    assert ep['success'] is False and ep['time_to_success_s'] is None and ep['ended_by'] == 'time'
+    assert 3.0 <= ep['episode_s'] < 3.6 and ep['seed'] == 1
+    assert ep['path_length_rad'] > 0.5 and ep['lift_max_m'] < 0.01  # reaching, not lifted yet
+    assert [k for k, v in report['checks'].items() if not v] == ['episode_success']
+
+def test_policy_defaults_and_the_episode_line():
+    from oxygen_ros.sim.closed_loop.episode import EPISODE_KEYS as keys, resolve_defaults
+    from oxygen_ros.sim.closed_loop.report import episode_line
+
+    assert set(keys) == EPISODE_KEYS
+    a = resolve_defaults(build_parser().parse_args(['--policy', 'scripted', '--episode-s', '12']))
+    assert a.rtf == 1.0 and a.ask == '' and a.latency_ms == 0.0
+    assert a.lift_height_m == 0.05 and a.lift_hold_s == 1.0
+    m = resolve_defaults(build_parser().parse_args([]))
+    assert m.rtf == 0.25 and m.ask == 'What do you see?' and m.policy == 'model' and m.episode_s == 0
+    assert resolve_defaults(build_parser().parse_args(['--episode-s', '5'])).ask == ''
+    line = episode_line({'success': False, 'ended_by': 'time', 'policy': 'model', 'seed': 3,
+                         'latency_ms': 0.0, 'time_to_success_s': None, 'episode_s': 12.1,
+                         'lift_max_m': 0.01, 'max_reward': 1, 'path_length_rad': 2.5,
+                         'gripper_path_length': 0.3, 'max_switch_jump': None})
+    assert line.startswith('  episode          : no success (ended by time)') and 'n/a' in line

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['num', 'command_safety', 'checks', 'format_report', 'switch_line']
+__all__ = ['num', 'command_safety', 'checks', 'episode_line', 'format_report', 'switch_line']
 
 
 def rtc_line(rtc: dict[str, str]) -> str:
@@ -55,7 +55,8 @@ def checks(args: argparse.Namespace, report: dict[str, Any]) -> None:
     sim, cmd = report['sim'], report['command']
     codes = report.get('exit_codes', {})
     c['no_error'] = 'error' not in report
-    c['frames'] = report['oxygen']['chunks_seen'] >= args.frames
+    episode = getattr(args, 'episode_s', 0) > 0
+    c['frames'] = report['oxygen']['chunks_seen'] >= (1 if episode else args.frames)
     used = 'executed_steps' if args.stream else 'chunks_executed'
     c['sim_executed_commands'] = (sim.get(used) or 0) >= 1 and report['joint_motion_max_rad'] > 1e-3
     c['no_dropped_or_rejected_chunks'] = all(
@@ -76,6 +77,8 @@ def checks(args: argparse.Namespace, report: dict[str, Any]) -> None:
         c['loss_reported'] = bool(k.get('loss_reported'))
         c['held_without_motion'] = cmd['lost_messages'] > 0 and cmd['max_change_while_lost'] == 0.0
         c['resumed_after_restart'] = bool(k.get('resumed'))
+    if episode:
+        c['episode_success'] = bool(report.get('episode', {}).get('success'))
     report['ok'] = all(c.values())
 
 
@@ -97,6 +100,19 @@ def switch_line(s: dict[str, Any]) -> str:
                 for v in (g('switch_jump_median'), g('switch_jump_max')))
     return (f'{n:.0f} measured, switch discontinuity median {med}, max {top} (largest joint '
             f'difference, joint units); {hold}')
+
+
+def episode_line(e: dict[str, Any]) -> str:
+    """The episode in one report line."""
+    def f(x: Any, nd: int = 2) -> str:
+        return 'n/a' if x is None else (f'{x:.{nd}f}' if isinstance(x, float) else str(x))
+
+    return (f'  episode          : {"SUCCESS" if e["success"] else "no success"} '
+            f'(ended by {e["ended_by"]}), policy {e["policy"]}, seed {e["seed"]}, latency '
+            f'{e["latency_ms"]:g} ms, time to success {f(e["time_to_success_s"])} s of '
+            f'{f(e["episode_s"])} s, lift max {f(e["lift_max_m"], 3)} m, max reward '
+            f'{f(e["max_reward"])}, path {f(e["path_length_rad"])} rad (grippers '
+            f'{f(e["gripper_path_length"])}), max switch jump {f(e["max_switch_jump"], 4)}')
 
 
 def format_report(r: dict[str, Any]) -> str:
@@ -147,6 +163,8 @@ def format_report(r: dict[str, Any]) -> str:
                      f'{k.get("loss_reported")} after {f(k.get("loss_report_s"), 2)} s, held '
                      f'{c["lost_messages"]} steps (max change {f(c["max_change_while_lost"], 4)}), '
                      f'resumed {k.get("resumed")} {f(k.get("resume_s"), 1)} s after the restart')
+    if 'episode' in r:
+        lines.append(episode_line(r['episode']))
     lines.append(f'  exit codes       : {r.get("exit_codes")}')
     warns = [f'{name}: {w}' for name, ws in r['warnings'].items() for w in ws]
     lines.append(f'  warnings/errors  : {len(warns)}')

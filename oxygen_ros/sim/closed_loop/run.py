@@ -23,6 +23,11 @@ after K chunks, checks that the sim reports a command loss and holds its last co
 the node after ``--hold-s`` seconds and waits until the loop runs again
 (``--frames-after-restart`` more chunks).
 
+``--policy scripted`` runs the scripted oracle (``scripted_policy``, the sim's pick-and-lift with
+``--latency-ms``) instead of the oxygen node; ``--episode-s T`` ends the run at task success or T
+sim seconds into the episode and adds ``report['episode']`` (see
+:mod:`oxygen_ros.sim.closed_loop.episode`).
+
 Exit status: 0 when every check passed, 1 otherwise (the report says which failed), 2 for bad
 arguments. Example::
 
@@ -42,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
+from oxygen_ros.sim.closed_loop.episode import (EpisodeWatch, episode_report, resolve_defaults,
+                                                scripted_cmd, sim_task_params)
 from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
 from oxygen_ros.sim.closed_loop.processes import (ChildProcess, child_env, config_dir, control_period,
                                                  ros_domain, wait_for)
@@ -61,10 +68,12 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
         ParamsFileError: the oxygen node's parameters (files + ``-p``) are invalid or hold a name the
             node does not declare (checked before any process starts).
     """
+    resolve_defaults(args)
+    scripted = args.policy == 'scripted'
     cfg = config_dir()
     sim_yaml = Path(args.sim_params) if args.sim_params else cfg / 'sim.yaml'
     oxy_yaml = Path(args.oxygen_params) if args.oxygen_params else cfg / 'oxygen.yaml'
-    sim_time = args.rtf != 1.0
+    sim_time = args.rtf != 1.0 or scripted  # the oracle's latency is counted in sim time
     env = child_env(domain_id)
     py = sys.executable
     sim_cmd = [py, '-m', 'oxygen_ros.sim.node', '--ros-args', '--params-file', str(sim_yaml),
@@ -74,6 +83,7 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
         sim_cmd += ['-p', f'camera_rate_hz:={args.camera_rate_hz}']
     if args.stream:  # the node's per-step command stream at the sim's control rate
         sim_cmd += ['-p', 'command_source:=stream']
+    sim_cmd += sim_task_params(args)
     oxy_cmd = [py, '-m', 'oxygen_ros.ros.node', '--ros-args', '--params-file', str(oxy_yaml),
                '--params-file', str(sim_yaml), '-p', f'model:={args.model}',
                '-p', f'use_sim_time:={"true" if sim_time else "false"}',
@@ -93,10 +103,17 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
     if args.stream:
         oxy_cmd += ['-p', f'action_rate_hz:={1.0 / control_period(sim_yaml)}']
     # the node's own checks before starting anything: a typo fails here, named, not after start-up
-    load_node_config([oxy_yaml, sim_yaml], [oxy_cmd[i + 1] for i, a in enumerate(oxy_cmd) if a == '-p'])
-    report: dict[str, Any] = {'model': args.model, 'frames_target': args.frames,
+    if scripted:
+        oxy_cmd = scripted_cmd(args, py, sim_yaml, sim_time)
+    else:
+        load_node_config([oxy_yaml, sim_yaml], [oxy_cmd[i + 1] for i, a in enumerate(oxy_cmd)
+                                                if a == '-p'])
+    policy_name = 'scripted_policy' if scripted else 'oxygen'
+    watch = EpisodeWatch(args.episode_s) if args.episode_s > 0 else None
+    report: dict[str, Any] = {'model': 'scripted' if scripted else args.model, 'frames_target': args.frames,
                               'command_source': 'stream' if args.stream else 'trajectory',
-                              'target_real_time_factor': args.rtf, 'seed': args.seed, 'rtc': args.rtc,
+                              'target_real_time_factor': args.rtf, 'seed': args.seed,
+                              'policy': args.policy, 'rtc': args.rtc,
                               'camera_rate_hz': args.camera_rate_hz, 'domain_id': domain_id,
                               'logs': str(log_dir), 'checks': {}}
     monitor = LoopMonitor(domain_id)
@@ -106,11 +123,11 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
     try:
         sim = ChildProcess('sim', sim_cmd, log_dir / 'sim.log', env)
         procs.append(sim)
-        oxygen = ChildProcess('oxygen', oxy_cmd, log_dir / 'oxygen.log', env)
+        oxygen = ChildProcess(policy_name, oxy_cmd, log_dir / f'{policy_name}.log', env)
         procs.append(oxygen)
         oxygen_runs.append(oxygen)
-        echo(f'started aloha_sim (pid {sim.popen.pid}) and oxygen (pid {oxygen.popen.pid}) on ROS '
-             f'domain {domain_id}; logs in {log_dir}')
+        echo(f'started aloha_sim (pid {sim.popen.pid}) and {policy_name} (pid {oxygen.popen.pid}) '
+             f'on ROS domain {domain_id}; logs in {log_dir}')
 
         def died() -> str:
             dead = [p.name for p in (sim, oxygen_runs[-1]) if not p.alive()]
@@ -142,12 +159,16 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
             target = args.frames
             if killed is not None:
                 target = max(args.frames, frames_before_restart + args.frames_after_restart)
-            if n >= target and (not args.ask or asked_at is not None):
+            if watch is not None and watch.done(monitor):
+                echo(f'episode over: {watch.ended_by}')
+                break
+            if watch is None and n >= target and (not args.ask or asked_at is not None):
                 break
             if died():
                 raise RuntimeError(f'{died()} exited during the run')
             if time.monotonic() > deadline:
-                raise RuntimeError(f'only {n} of {target} chunks within {args.timeout:g} s')
+                raise RuntimeError(f'episode not over within {args.timeout:g} s' if watch else
+                                   f'only {n} of {target} chunks within {args.timeout:g} s')
             time.sleep(0.05)
         t_done = time.monotonic()
         if asked_at is not None:  # let the answer finish streaming (bounded)
@@ -155,7 +176,7 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
         # one more status of each node after the last frame
         n_sim, n_oxy = monitor.n_diags(SIM_STATUS), monitor.n_diags(OXYGEN_STATUS)
         wait_for(lambda: (monitor.n_diags(SIM_STATUS) > n_sim
-                       and monitor.n_diags(OXYGEN_STATUS) > n_oxy), 5.0)
+                       and (scripted or monitor.n_diags(OXYGEN_STATUS) > n_oxy)), 5.0)
         report['run_s'] = round(t_done - t_first, 2)
     except RuntimeError as exc:
         report['error'] = str(exc)
@@ -169,6 +190,9 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
             rcs.setdefault(p.name, []).append(rc)
         report['exit_codes'] = rcs
         report['wall_s'] = round(time.monotonic() - t_start, 2)
+        if watch is not None:
+            report['episode'] = episode_report(args, watch.final or monitor.last_diag(SIM_STATUS),
+                                               watch.ended_by)
         _summarise(args, monitor, report, procs)
         monitor.close()
     return report
@@ -258,15 +282,29 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument('--device', default='', help='oxygen torch device ("" = auto)')
     ap.add_argument('--num-threads', type=int, default=1,
                     help='CPU threads of the oxygen node (0 = torch default; 1)')
-    ap.add_argument('--rtf', type=float, default=0.25,
-                    help='sim real-time factor; not 1 = sim time over /clock (0.25: on a CPU the '
-                    'tiny model and the renderer keep up with time to spare)')
+    ap.add_argument('--policy', choices=('model', 'scripted'), default='model',
+                    help='who sends the chunks: the oxygen node (model) or the scripted oracle')
+    ap.add_argument('--latency-ms', type=float, default=0.0,
+                    help='scripted policy: publish the chunk of an observation this much (sim) '
+                    'time after its stamp (0)')
+    ap.add_argument('--episode-s', type=float, default=0.0,
+                    help='episode mode: end at task success or this many sim seconds after the '
+                    'episode start (0 = frames mode)')
+    ap.add_argument('--lift-height-m', type=float, default=0.05,
+                    help='task success: cube lift, metres (0.05)')
+    ap.add_argument('--lift-hold-s', type=float, default=1.0,
+                    help='task success: lift held this long, sim seconds (1.0)')
+    ap.add_argument('--rtf', type=float, default=None,
+                    help='sim real-time factor; not 1 = sim time over /clock (default 0.25 for the '
+                    'model: on a CPU the tiny model and the renderer keep up with time to spare; '
+                    '1.0 for the scripted policy)')
     ap.add_argument('--camera-rate-hz', type=float, default=25.0,
                     help='camera frames per simulated second (0 = from the sim parameter file; '
                     '25: every 2nd control step, 6.25 renders per wall second at --rtf 0.25)')
     ap.add_argument('--stream', action='store_true',
                     help='drive the sim with the per-step command stream instead of the chunks')
-    ap.add_argument('--ask', default='What do you see?', help='ask sent mid-run ("" = none)')
+    ap.add_argument('--ask', default=None, help='ask sent mid-run ("" = none; default \'What do '
+                    'you see?\', none with the scripted policy or in episode mode)')
     ap.add_argument('--ask-at-frame', type=int, default=-1, help='frame of the ask (frames/3)')
     ap.add_argument('--text-wait-s', type=float, default=10.0,
                     help='longest wait for the answer to finish after the last frame')
@@ -296,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``closed_loop`` (see module doc)."""
-    args = build_parser().parse_args(argv)
+    args = resolve_defaults(build_parser().parse_args(argv))
     if args.frames < 1 or args.rtf < 0:
         print('closed_loop: --frames must be >= 1 and --rtf >= 0', file=sys.stderr)
         return 2

@@ -1,0 +1,221 @@
+"""``evaluate``: many episodes at once on Ray, one output folder with a table, a report and plots.
+
+Two kinds, as LeRobot's ``lerobot-eval`` (success over seeded sim episodes) and openpi's open-loop
+checks against recorded actions::
+
+    evaluate open-loop BAG_OR_FOLDER [...] --out DIR [--model M] [-p name:=value ...]
+    evaluate closed-loop --episodes N [--seed S] [--policy model|scripted] [--latency-ms L ...]
+                         --out DIR [--model M] [--episode-s T]
+
+- ``open-loop``: every bag (a bag, or a folder of bags) is replayed by ``replay`` in its own
+  process; the row holds its action accuracy against the bag's reference (per-joint MAE/RMSE, in
+  joint units and normalised by the joint's recorded range, arms and grippers apart) next to the
+  hold-the-state baseline.
+- ``closed-loop``: seeds ``S .. S+N-1`` (cube placements), for each latency, each one
+  ``closed_loop`` episode (sim + policy node + monitor, on its own ROS domain) that ends at success
+  or after ``--episode-s`` simulated seconds; the report gives the success rate with its 95 % Wilson
+  interval per policy and latency.
+
+Ray (:mod:`oxygen_ros.evaluate.scheduler`): an embedded local instance by default; ``--address``
+joins a cluster; ``--workers`` episodes at once, each reserving ``--cpus-per-episode`` /
+``--gpus-per-episode``. A failed or timed-out episode is a row with its error; rerunning into the
+same ``--out`` skips the finished episodes (:mod:`oxygen_ros.evaluate.results`).
+
+Exit status: 0 every episode completed; 1 some failed or timed out (listed in the report);
+2 unusable input; 130 interrupted (finished episodes are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from oxygen_ros.evaluate.episodes import (CLOSED_LOOP, OPEN_LOOP, Episode, EvaluateError,
+                                          closed_loop_episodes, find_bags, open_loop_episodes)
+from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate
+
+__all__ = ['build_parser', 'main']
+
+DEFAULT_TIMEOUT_S = 900.0
+"""Default wall-clock limit of one episode, seconds."""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument('--out', type=Path, required=True, help='output folder (a rerun resumes it)')
+    p.add_argument('--overwrite', action='store_true', help='start the folder\'s evaluation again')
+    p.add_argument('--address', default=None,
+                   help='Ray cluster to join (e.g. auto, ray://head:10001); default: a local instance')
+    p.add_argument('--workers', type=int, default=2, help='episodes at once')
+    p.add_argument('--cpus-per-episode', type=float, default=1.0, help='Ray num_cpus per episode')
+    p.add_argument('--gpus-per-episode', type=float, default=0.0,
+                   help='Ray num_gpus per episode (0.5: two episodes share a GPU)')
+    p.add_argument('--episode-timeout-s', type=float, default=DEFAULT_TIMEOUT_S,
+                   help='wall-clock limit of one episode; it is stopped and reported as timed out')
+    p.add_argument('--model', default=None, help='checkpoint folder or preset for the policy')
+    p.add_argument('--progress', choices=('auto', 'on', 'off'), default='auto')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags of ``evaluate`` (see the module doc)."""
+    p = argparse.ArgumentParser(prog='evaluate', description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split('\n\n', 1)[1])
+    sub = p.add_subparsers(dest='kind', required=True)
+    o = sub.add_parser('open-loop', help='action accuracy of replayed bags')
+    o.add_argument('bags', nargs='+', type=Path, help='bags, or folders of bags')
+    _common(o)
+    o.add_argument('--params-file', type=Path, default=None, help='node parameter YAML')
+    o.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE')
+    o.add_argument('--reference-topic', default=None,
+                   help='JointState topic the actions are compared with (replay\'s default: '
+                        '/commanded_action, else the joint states)')
+    o.add_argument('--reference-joints', default=None, metavar='NAMES',
+                   help='joint names of reference messages that have none (comma-separated)')
+    o.add_argument('--gripper-joints', default=None, metavar='NAMES',
+                   help='joints reported as grippers (default: names containing "gripper")')
+    o.add_argument('--timing', choices=('fast', 'recorded'), default='fast')
+    o.add_argument('--max-frames', type=int, default=0)
+    o.add_argument('--frame-period', type=float, default=0.0)
+    o.add_argument('--no-plots', action='store_true', help='no per-bag plots (the summary plot stays)')
+    c = sub.add_parser('closed-loop', help='task success in the MuJoCo sim')
+    c.add_argument('--episodes', type=int, required=True, help='seeds per latency')
+    c.add_argument('--seed', type=int, default=0, help='first seed (cube placement)')
+    _common(c)
+    c.add_argument('--policy', choices=('model', 'scripted'), default='model',
+                   help='the oxygen node with --model, or the scripted oracle')
+    c.add_argument('--latency-ms', type=float, nargs='+', default=[0.0],
+                   help='added policy latencies (one set of episodes each)')
+    c.add_argument('--episode-s', type=float, default=12.0,
+                   help='simulated seconds from the first command to the end of a failed episode')
+    c.add_argument('--rtf', type=float, default=None, help='sim real-time factor (closed_loop\'s default)')
+    c.add_argument('--oxygen-param', action='append', default=[], metavar='NAME:=VALUE')
+    c.add_argument('--loop-arg', action='append', default=[], metavar='ARG',
+                   help='any other closed_loop argument, e.g. --loop-arg=--rtc (repeatable)')
+    return p
+
+
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    """The per-episode command's options (also what a rerun must match)."""
+    fw: list[str] = []
+    if args.model:
+        fw += ['--model', args.model]
+    if args.kind == 'open-loop':
+        if args.params_file:
+            fw += ['--params-file', str(args.params_file.resolve())]
+        for prm in args.param:
+            fw += ['-p', prm]
+        if args.reference_topic is not None:
+            fw += ['--reference-topic', args.reference_topic]
+        for flag, value in (('--reference-joints', args.reference_joints),
+                            ('--gripper-joints', args.gripper_joints)):
+            if value is not None:
+                fw += [flag, value]
+        fw += ['--timing', args.timing]
+        if args.max_frames:
+            fw += ['--max-frames', str(args.max_frames)]
+        if args.frame_period:
+            fw += ['--frame-period', f'{args.frame_period:g}']
+        if args.no_plots:
+            fw.append('--no-plots')
+        return fw
+    if args.rtf is not None:
+        fw += ['--rtf', f'{args.rtf:g}']
+    for prm in args.oxygen_param:
+        fw += ['--oxygen-param', prm]
+    return fw + list(args.loop_arg)
+
+
+def _check_args(module_parser: argparse.ArgumentParser, argv: list[str], what: str) -> None:
+    """Parse an episode's arguments now, so a bad option fails once, before any episode runs."""
+    try:
+        module_parser.parse_args(argv)
+    except SystemExit as exc:
+        raise EvaluateError(f'the {what} arguments {argv} are not valid (see the message above)') from exc
+
+
+def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
+    if args.kind == 'open-loop':
+        from oxygen_ros.replay.replay import build_parser as replay_parser
+
+        eps = open_loop_episodes(find_bags(args.bags), fw)
+        _check_args(replay_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'replay')
+        return eps
+    if args.episodes < 1:
+        raise EvaluateError(f'--episodes must be >= 1, got {args.episodes}')
+    from oxygen_ros.evaluate.runner import GRACE_S
+    from oxygen_ros.sim.closed_loop.run import build_parser as loop_parser
+
+    # the loop stops itself (and reports) before the episode's process is stopped from outside
+    loop_timeout = max(10.0, args.episode_timeout_s - GRACE_S - 10.0)
+    eps = closed_loop_episodes(range(args.seed, args.seed + args.episodes), args.policy,
+                               args.latency_ms, args.episode_s, loop_timeout, fw)
+    _check_args(loop_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'closed_loop')
+    return eps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``evaluate``; returns the exit status (see the module doc)."""
+    args = build_parser().parse_args(argv)
+    from oxygen_ros.evaluate.scheduler import RayOptions, run_episodes
+
+    try:
+        ray_opts = RayOptions(args.address, args.workers, args.cpus_per_episode, args.gpus_per_episode)
+        if not args.episode_timeout_s > 0:
+            raise EvaluateError(f'--episode-timeout-s must be > 0, got {args.episode_timeout_s}')
+        fw = _forwarded(args)
+        episodes = _episodes(args, fw)
+        kind = OPEN_LOOP if args.kind == 'open-loop' else CLOSED_LOOP
+        folder = OutputFolder(args.out, {'kind': kind, 'options': fw}, args.overwrite)
+    except (EvaluateError, ValueError, OSError) as exc:
+        print(f'evaluate: error: {exc}', file=sys.stderr)
+        return 2
+    rows: dict[str, dict] = {}
+    todo = []
+    for ep in episodes:
+        done = folder.finished(ep)
+        if done is not None:
+            rows[ep.id] = done
+        else:
+            todo.append(ep)
+    if rows:
+        print(f'evaluate: {len(rows)} of {len(episodes)} episodes already finished in {args.out}; '
+              f'running {len(todo)}', file=sys.stderr)
+
+    def on_row(row: dict) -> None:
+        folder.save_row(row)
+        rows[row['episode']] = row
+        if row['status'] != 'ok':
+            print(f'\nevaluate: episode {row["episode"]} {row["status"]}: {row["error"]}',
+                  file=sys.stderr)
+
+    progress = sys.stderr.isatty() if args.progress == 'auto' else args.progress == 'on'
+    try:
+        run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress,
+                     skipped=len(rows))
+    except KeyboardInterrupt:
+        print(f'evaluate: interrupted; {len(rows)} finished episodes are kept in {args.out}',
+              file=sys.stderr)
+        return 130
+    return _finish(folder, [rows[ep.id] for ep in episodes], kind)
+
+
+def _finish(folder: OutputFolder, table: list[dict], kind: str) -> int:
+    from oxygen_ros.evaluate.plots import save_plots
+
+    written = folder.write_table(table, kind)
+    agg = aggregate(table, kind)
+    text = format_aggregate(agg)
+    (folder.root / 'report.txt').write_text(text + '\n')
+    (folder.root / 'report.json').write_text(json.dumps(agg, indent=1, default=str))
+    written += [folder.root / 'report.txt', folder.root / 'report.json']
+    written += save_plots(agg, table, folder.root)
+    print(text)
+    for path in written:
+        print(f'  wrote {path}')
+    return 0 if not agg['failed'] else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

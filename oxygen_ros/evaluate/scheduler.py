@@ -1,0 +1,148 @@
+"""Episodes on Ray: one task per episode, at most ``workers`` at once, each with its resources.
+
+Ray is the distributed engine (``ray.init()``): with no address it starts an embedded local
+instance sized for ``workers`` episodes (nothing to start beforehand, gone when ``evaluate``
+ends); with ``address`` (``'auto'``, or ``'ray://head:10001'``) it joins an existing cluster. Each
+episode is a task reserving ``cpus`` CPUs and ``gpus`` GPUs (a fraction shares a GPU between
+episodes; Ray sets ``CUDA_VISIBLE_DEVICES`` for the task), which runs the episode as a process
+(:func:`oxygen_ros.evaluate.runner.run_episode`). On a cluster every node needs this package
+installed and the bags / output folder at the same paths (a shared file system).
+
+Failures are rows, never gaps: an episode whose process fails or times out is a row from the runner;
+a task that Ray loses (its worker died) or that does not return within its time limit plus a margin
+(cancelled with ``force=True``) is a row with ``status`` ``'failed'`` / ``'timed_out'`` made here.
+Rows are handed to ``on_row`` as they finish (the caller saves each at once), so an interrupted
+evaluation keeps every finished episode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from oxygen_ros.evaluate.episodes import Episode
+from oxygen_ros.evaluate.runner import GRACE_S, run_episode
+
+__all__ = ['RayOptions', 'run_episodes']
+
+BACKSTOP_S = 60.0
+"""Seconds past an episode's own limit (and the SIGINT grace) before its Ray task is cancelled."""
+
+
+class RayOptions:
+    """Where and how episodes run.
+
+    Args:
+        address: ``None`` for an embedded local Ray instance, else a cluster address for
+            ``ray.init(address=...)`` (``'auto'``: the cluster this machine belongs to).
+        workers: episodes in flight at once (>= 1).
+        cpus: CPUs reserved per episode (Ray ``num_cpus``, > 0).
+        gpus: GPUs reserved per episode (Ray ``num_gpus``, >= 0; e.g. 0.5 = two per GPU).
+
+    Raises:
+        ValueError: a value out of range.
+    """
+
+    def __init__(self, address: str | None = None, workers: int = 2, cpus: float = 1.0,
+                 gpus: float = 0.0) -> None:
+        if workers < 1:
+            raise ValueError(f'--workers must be >= 1, got {workers}')
+        if not cpus > 0 or gpus < 0:
+            raise ValueError(f'--cpus-per-episode must be > 0 and --gpus-per-episode >= 0, got '
+                             f'{cpus} and {gpus}')
+        self.address, self.workers, self.cpus, self.gpus = address, int(workers), float(cpus), float(gpus)
+
+
+def _init_ray(opts: RayOptions) -> Any:
+    import ray
+
+    os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
+    if opts.address:
+        ray.init(address=opts.address, logging_level=logging.WARNING, log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(1, int(round(opts.workers * opts.cpus + 0.4999))),
+                 include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    return ray
+
+
+def _remote_episode(episode: Episode, out_dir: str, timeout_s: float, cwd: str) -> dict[str, Any]:
+    """The Ray task body: run one episode as a process (see the runner)."""
+    return run_episode(episode, Path(out_dir), timeout_s, cwd=cwd)
+
+
+def _lost_row(episode: Episode, status: str, error: str, wall_s: float) -> dict[str, Any]:
+    return {'episode': episode.id, 'kind': episode.kind, **episode.columns, 'status': status,
+            'error': error, 'exit_code': None, 'wall_s': round(wall_s, 2)}
+
+
+def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, timeout_s: float,
+                 on_row: Callable[[dict[str, Any]], None], progress: bool = True,
+                 skipped: int = 0) -> None:
+    """Run ``episodes`` on Ray, calling ``on_row(row)`` in the caller's thread as each one ends.
+
+    Args:
+        episodes: what to run (already without the finished ones).
+        out_root: episodes write into ``out_root / episode.id``.
+        opts: Ray address, concurrency and per-episode resources.
+        timeout_s: each episode's wall-clock limit, seconds.
+        on_row: receives every episode's row, exactly once.
+        progress: show a progress bar over episodes (tqdm, on stderr).
+        skipped: episodes already finished (the bar starts there).
+
+    Raises:
+        KeyboardInterrupt: after cancelling the episodes still running (their rows are not made).
+        ImportError: Ray is not installed.
+    """
+    if not episodes:
+        return
+    from tqdm import tqdm
+
+    ray = _init_ray(opts)
+    task = ray.remote(_remote_episode).options(num_cpus=opts.cpus, num_gpus=opts.gpus, max_retries=0)
+    cwd = os.getcwd()
+    pending = list(episodes)
+    running: dict[Any, tuple[Episode, float]] = {}
+    counts = {'ok': 0, 'failed': 0}
+    bar = tqdm(total=skipped + len(episodes), initial=skipped, unit='episode', desc='evaluate',
+               disable=not progress, dynamic_ncols=True)
+    try:
+        while pending or running:
+            while pending and len(running) < opts.workers:
+                ep = pending.pop(0)
+                ref = task.remote(ep, str(out_root / ep.id), timeout_s, cwd)
+                running[ref] = (ep, time.monotonic())
+            done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            now = time.monotonic()
+            rows = []
+            for ref in done:
+                ep, t0 = running.pop(ref)
+                try:
+                    rows.append(ray.get(ref))
+                except Exception as exc:  # the worker died or the task raised
+                    rows.append(_lost_row(ep, 'failed', f'{type(exc).__name__}: {exc}'[:500], now - t0))
+            for ref, (ep, t0) in list(running.items()):
+                if now - t0 > timeout_s + GRACE_S + BACKSTOP_S:
+                    ray.cancel(ref, force=True)
+                    del running[ref]
+                    rows.append(_lost_row(ep, 'timed_out', f'the episode did not return within '
+                                          f'{now - t0:.0f} s; its task was cancelled', now - t0))
+            for row in rows:
+                counts['ok' if row['status'] == 'ok' else 'failed'] += 1
+                on_row(row)
+                bar.update(1)
+                bar.set_postfix(counts, refresh=False)
+    except KeyboardInterrupt:
+        # a plain cancel raises KeyboardInterrupt in the task, which stops its episode's processes
+        for ref in running:
+            ray.cancel(ref)
+        ray.wait(list(running), num_returns=len(running), timeout=GRACE_S + 10.0)
+        for ref in running:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        bar.close()
+        ray.shutdown()

@@ -1,0 +1,116 @@
+"""Episode mode and the scripted policy of the ``closed_loop`` script.
+
+``--episode-s T``: the run ends when the sim reports task success (its ``aloha_sim: executor``
+status, :mod:`oxygen_ros.sim.task.success`), or ``T`` simulated seconds after the episode start
+(the sim's first executed chunk step); when no chunk is ever executed (e.g. every chunk arrives
+expired), ``T`` simulated seconds after the first chunk was seen. ``report['episode']`` holds the
+episode's values (:func:`episode_report`) from the sim status that ended it (the sim keeps running
+until it is stopped), or from the last one when the run ended otherwise (error, timeout).
+
+``--policy scripted``: the oracle (:mod:`oxygen_ros.sim.task.policy_node`) instead of the oxygen
+node, with the sim's seed, ``--latency-ms``, the oxygen node's horizon (50) and the sim's control
+period; the sim then renders only what the oracle needs (one small ``top`` camera image per
+chunk trigger).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
+from oxygen_ros.sim.closed_loop.processes import control_period
+from oxygen_ros.sim.closed_loop.report import num
+
+__all__ = ['EPISODE_KEYS', 'EpisodeWatch', 'episode_report', 'resolve_defaults', 'scripted_cmd',
+           'sim_task_params']
+
+SIM_STATUS = 'aloha_sim: executor'
+EPISODE_KEYS = ('seed', 'policy', 'latency_ms', 'success', 'time_to_success_s', 'episode_s',
+                'path_length_rad', 'gripper_path_length', 'max_switch_jump', 'lift_max_m',
+                'max_reward')
+ORACLE_CAMERA = ('top', 'cam_high/image_raw/compressed')
+
+
+def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the policy-dependent defaults (idempotent): ``--rtf`` 1.0 for the scripted policy,
+    else 0.25; ``--ask`` none for the scripted policy and in episode mode, else 'What do you
+    see?'."""
+    scripted = args.policy == 'scripted'
+    if args.rtf is None:
+        args.rtf = 1.0 if scripted else 0.25
+    if args.ask is None:
+        args.ask = '' if scripted or args.episode_s > 0 else 'What do you see?'
+    if scripted:
+        args.ask = ''  # nobody answers
+    return args
+
+
+def sim_task_params(args: argparse.Namespace) -> list[str]:
+    """The sim's extra ``-p`` arguments: success criterion, and for the scripted policy one small
+    camera (only its stamps matter); in episode mode a faster status."""
+    out = ['-p', f'lift_height_m:={args.lift_height_m}', '-p', f'lift_hold_s:={args.lift_hold_s}']
+    if args.policy == 'scripted':
+        out += ['-p', f'cameras:=[{ORACLE_CAMERA[0]}]', '-p', f'camera_topics:=[{ORACLE_CAMERA[1]}]',
+                '-p', 'image_width:=32', '-p', 'image_height:=24']
+    if args.episode_s > 0:
+        out += ['-p', 'diagnostics_period_s:=0.2']
+    return out
+
+
+def scripted_cmd(args: argparse.Namespace, py: str, sim_yaml: Path, sim_time: bool) -> list[str]:
+    """The oracle policy process."""
+    return [py, '-m', 'oxygen_ros.sim.task.policy_node', '--ros-args', '-p', f'seed:={args.seed}',
+            '-p', f'latency_s:={args.latency_ms / 1000.0}', '-p', 'horizon:=50',
+            '-p', f'control_period_s:={control_period(sim_yaml)}',
+            '-p', f'camera_topic:={ORACLE_CAMERA[1]}',
+            '-p', f'use_sim_time:={"true" if sim_time else "false"}']
+
+
+class EpisodeWatch:
+    """Decides when an episode-mode run is over (module doc)."""
+
+    def __init__(self, episode_s: float) -> None:
+        self.episode_s = float(episode_s)
+        self.t_first_chunk: float | None = None  # sim time when the first chunk was seen
+        self.ended_by = ''
+        self.final: dict[str, str] = {}  # the sim status that ended the episode
+
+    def done(self, monitor: LoopMonitor) -> bool:
+        d = monitor.last_diag(SIM_STATUS)
+        sim_t = num(d, 'sim_time')
+        if self.t_first_chunk is None and monitor.n_chunks() >= 1 and math.isfinite(sim_t):
+            self.t_first_chunk = sim_t
+        if d.get('success') == 'True':
+            self.ended_by = 'success'
+        elif d.get('episode_started') == 'True' and num(d, 'episode_time_s') >= self.episode_s:
+            self.ended_by = 'time'
+        elif (d.get('episode_started') != 'True' and self.t_first_chunk is not None
+              and sim_t - self.t_first_chunk >= self.episode_s):
+            self.ended_by = 'time, no chunk executed'
+        if self.ended_by:
+            self.final = d
+        return bool(self.ended_by)
+
+
+def _opt(values: dict[str, str], key: str) -> float | None:
+    v = num(values, key)
+    return v if math.isfinite(v) else None
+
+
+def episode_report(args: argparse.Namespace, sim: dict[str, str], ended_by: str) -> dict[str, Any]:
+    """``report['episode']`` from the sim's last status ``sim``: the :data:`EPISODE_KEYS`
+    (``None`` for a value the sim has not reported) plus ``ended_by`` and ``episode_started``."""
+    success = sim.get('success') == 'True'
+    reward = _opt(sim, 'max_reward')
+    return {'seed': args.seed, 'policy': args.policy, 'latency_ms': args.latency_ms,
+            'success': success,
+            'time_to_success_s': _opt(sim, 'success_time_s') if success else None,
+            'episode_s': _opt(sim, 'episode_time_s'), 'path_length_rad': _opt(sim, 'path_length_rad'),
+            'gripper_path_length': _opt(sim, 'gripper_path_length'),
+            'max_switch_jump': _opt(sim, 'switch_jump_max'), 'lift_max_m': _opt(sim, 'lift_max_m'),
+            'max_reward': None if reward is None else int(reward),
+            'ended_by': ended_by or 'not over', 'episode_started': sim.get('episode_started') == 'True'}
+

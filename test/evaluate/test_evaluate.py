@@ -1,0 +1,228 @@
+"""``evaluate``: episodes, rows of failed and timed-out episodes, the table, the aggregate, and a real
+run on a local Ray instance (2 workers, 3 small bags, one broken; a rerun skips finished ones)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oxygen_ros.evaluate.cli import main as evaluate_main
+from oxygen_ros.evaluate.episodes import (CLOSED_LOOP, OPEN_LOOP, Episode, EvaluateError,
+                                          closed_loop_episodes, find_bags, open_loop_episodes)
+from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate, wilson_interval
+from oxygen_ros.evaluate.runner import row_from_outputs, run_episode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bag_edit import SAMPLE_BAG, window  # noqa: E402
+
+
+def _broken_bag(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / 'metadata.yaml').write_text('not: [a, bag\n')
+    return path
+
+
+def test_find_bags_and_episode_ids(tmp_path):
+    for name in ('b', 'a'):
+        (tmp_path / 'bags' / name).mkdir(parents=True)
+        (tmp_path / 'bags' / name / 'metadata.yaml').write_text('x')
+    (tmp_path / 'bags' / 'notes.txt').write_text('not a bag')
+    single = tmp_path / 'one.mcap'
+    single.write_bytes(b'')
+    bags = find_bags([tmp_path / 'bags', single, tmp_path / 'bags' / 'a'])
+    assert [b.name for b in bags] == ['a', 'b', 'one.mcap', 'a']
+    eps = open_loop_episodes(bags, ['--model', 'pi05-tiny'])
+    assert [e.id for e in eps] == ['a', 'b', 'one', 'a-2']  # unique, in order
+    cmd = eps[0].command(tmp_path / 'out')
+    assert cmd[1:4] == ['-m', 'oxygen_ros.evaluate.runner', 'oxygen_ros.replay.replay'] and str(tmp_path / 'out') in cmd
+    assert cmd[-2:] == ['--model', 'pi05-tiny']
+    (tmp_path / 'empty').mkdir()
+    with pytest.raises(EvaluateError, match='neither a bag'):
+        find_bags([tmp_path / 'empty'])
+    with pytest.raises(EvaluateError, match='does not exist'):
+        find_bags([tmp_path / 'nope'])
+
+
+def test_closed_loop_episodes():
+    eps = closed_loop_episodes(range(3, 5), 'scripted', [0, 100], 12.0, 300.0, ['--rtf', '1'])
+    assert [e.id for e in eps] == ['scripted-lat0ms-seed0003', 'scripted-lat0ms-seed0004',
+                                   'scripted-lat100ms-seed0003', 'scripted-lat100ms-seed0004']
+    assert eps[2].columns == {'seed': 3, 'policy': 'scripted', 'latency_ms': 100.0}
+    args = eps[2].args
+    assert args[args.index('--latency-ms') + 1] == '100' and args[args.index('--seed') + 1] == '3'
+    assert args[args.index('--ask') + 1] == '' and args[-2:] == ('--rtf', '1')
+    with pytest.raises(EvaluateError):
+        closed_loop_episodes([], 'model', [0], 12.0, 300.0)
+    with pytest.raises(EvaluateError):
+        closed_loop_episodes([0], 'model', [-5], 12.0, 300.0)
+
+
+def test_wilson_interval_known_values():
+    low, high = wilson_interval(18, 20)
+    assert low == pytest.approx(0.6990, abs=1e-3) and high == pytest.approx(0.9721, abs=1e-3)
+    low, high = wilson_interval(0, 20)
+    assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(0.1611, abs=1e-3)
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+
+
+def _ep(kind: str = CLOSED_LOOP) -> Episode:
+    return Episode('x', kind, {'seed': 1, 'policy': 'scripted', 'latency_ms': 0.0}, 'json.tool')
+
+
+def test_closed_loop_rows(tmp_path):
+    (tmp_path / 'report.json').write_text(json.dumps({
+        'episode': {'success': True, 'time_to_success_s': 7.1, 'episode_s': 7.1, 'path_length_rad': 3.2,
+                    'gripper_path_length': 1.0, 'max_switch_jump': 0.01, 'lift_max_m': 0.2,
+                    'max_reward': 4, 'seed': 1},
+        'checks': {'command_finite': True, 'step_limit': False}}))
+    row = row_from_outputs(_ep(), tmp_path, 1, '', 12.0, False)
+    assert row['status'] == 'ok' and row['success'] is True and row['checks_failed'] == 'step_limit'
+    (tmp_path / 'report.json').write_text(json.dumps({'error': 'no action chunk within 60 s',
+                                                      'episode': {}}))
+    row = row_from_outputs(_ep(), tmp_path, 1, '', 60.0, False)
+    assert row['status'] == 'failed' and 'no action chunk' in row['error']
+    (tmp_path / 'report.json').unlink()
+    row = row_from_outputs(_ep(), tmp_path, -11, 'Traceback\nSegmentation fault', 3.0, False)
+    assert row['status'] == 'failed' and 'exit -11' in row['error'] and 'Segmentation' in row['error']
+    row = row_from_outputs(_ep(), tmp_path, -2, '', 30.0, True)
+    assert row['status'] == 'timed_out' and row['error'].startswith('timed out after 30 s')
+
+
+def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
+    """A hung episode is stopped at its limit with everything it started, and is a timed-out row."""
+    mod = tmp_path / 'mods' / 'hang_episode.py'
+    mod.parent.mkdir()
+    mod.write_text('import subprocess, sys, time\n'
+                   'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
+                   'open(sys.argv[1], "w").write(str(child.pid))\n'
+                   'time.sleep(120)\n')
+    pid_file = tmp_path / 'child.pid'
+    ep = Episode('hang', OPEN_LOOP, {'bag': 'x'}, 'hang_episode', (str(pid_file),))
+    t0 = time.monotonic()
+    row = run_episode(ep, tmp_path / 'ep', 3.0, env={'PYTHONPATH': str(mod.parent)})
+    assert row['status'] == 'timed_out' and row['episode'] == 'hang'
+    assert time.monotonic() - t0 < 30.0  # SIGINT ends the leader; the group is then killed
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f'the episode\'s child process {child} outlived the timeout')
+    assert (tmp_path / 'ep' / 'output.log').is_file()
+
+
+def test_episode_process_starts_with_sigint_unblocked(tmp_path):
+    """A Ray worker blocks SIGINT and its children inherit the mask: the runner clears it, so an
+    episode (and the nodes it starts) can be stopped cleanly."""
+    mod = tmp_path / 'mods' / 'mask_episode.py'
+    mod.parent.mkdir()
+    mod.write_text('import sys\n'
+                   'line = [ln for ln in open("/proc/self/status") if ln.startswith("SigBlk")][0]\n'
+                   'open(sys.argv[1], "w").write(line)\n')
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])  # as in a Ray worker
+    try:
+        row = run_episode(Episode('mask', OPEN_LOOP, {}, 'mask_episode', (str(tmp_path / 'mask'),)),
+                          tmp_path / 'ep', 30.0, env={'PYTHONPATH': str(mod.parent)})
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert row['exit_code'] == 0
+    assert int((tmp_path / 'mask').read_text().split()[1], 16) & (1 << (signal.SIGINT - 1)) == 0
+
+
+def test_aggregate_closed_loop_groups_and_failures():
+    rows = [{'episode': f'e{i}', 'kind': CLOSED_LOOP, 'policy': 'scripted', 'latency_ms': 0.0,
+             'status': 'ok', 'success': i < 9, 'time_to_success_s': 7.0 if i < 9 else None,
+             'path_length_rad': 2.0, 'max_switch_jump': 0.1 * i, 'lift_max_m': 0.2}
+            for i in range(10)]
+    rows.append({'episode': 'e10', 'kind': CLOSED_LOOP, 'policy': 'scripted', 'latency_ms': 0.0,
+                 'status': 'timed_out', 'error': 'timed out after 900 s'})
+    agg = aggregate(rows, CLOSED_LOOP)
+    (g,) = agg['groups']
+    assert (g['episodes'], g['completed'], g['failed'], g['successes']) == (11, 10, 1, 9)
+    assert g['success_rate'] == pytest.approx(0.9)
+    assert (g['wilson95_low'], g['wilson95_high']) == pytest.approx(wilson_interval(9, 10))
+    assert g['max_switch_jump_max'] == pytest.approx(0.9)
+    text = format_aggregate(agg)
+    assert '9/10' in text and 'TIMED_OUT e10: timed out after 900 s' in text
+
+
+def test_output_folder_resume_rules(tmp_path):
+    out = tmp_path / 'ev'
+    folder = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
+    ep_ok, ep_bad = Episode('ok', OPEN_LOOP, {}, 'm'), Episode('bad', OPEN_LOOP, {}, 'm')
+    folder.save_row({'episode': 'ok', 'status': 'ok'})
+    folder.save_row({'episode': 'bad', 'status': 'failed', 'error': 'x'})
+    again = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
+    assert again.finished(ep_ok) == {'episode': 'ok', 'status': 'ok'}
+    assert again.finished(ep_bad) is None  # failed episodes run again
+    with pytest.raises(EvaluateError, match='other settings'):
+        OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'b']})
+    fresh = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'b']}, overwrite=True)
+    assert fresh.finished(ep_ok) is None
+    (tmp_path / 'other').mkdir()
+    (tmp_path / 'other' / 'f.txt').write_text('x')
+    with pytest.raises(EvaluateError, match='not an evaluation folder'):
+        OutputFolder(tmp_path / 'other', {'kind': OPEN_LOOP, 'options': []})
+
+
+def test_bad_options_fail_before_any_episode(tmp_path, capsys):
+    assert evaluate_main(['open-loop', str(tmp_path / 'none'), '--out', str(tmp_path / 'o')]) == 2
+    assert 'does not exist' in capsys.readouterr().err
+    assert evaluate_main(['open-loop', str(SAMPLE_BAG), '--out', str(tmp_path / 'o'),
+                          '--workers', '0']) == 2
+    assert evaluate_main(['closed-loop', '--episodes', '0', '--out', str(tmp_path / 'o')]) == 2
+
+
+def _table(out: Path) -> list[dict[str, str]]:
+    with open(out / 'episodes.csv') as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_evaluate_open_loop_on_local_ray(tmp_path, capsys):
+    """3 small bags, 2 workers on an embedded Ray instance: 3 rows, the broken bag a failed row with
+    its error; a rerun skips the finished episodes; the same inputs give the same metrics."""
+    bags = tmp_path / 'bags'
+    bags.mkdir()
+    window(SAMPLE_BAG, bags / 'first_2s', 2.0)
+    window(SAMPLE_BAG, bags / 'first_3s', 3.0)
+    _broken_bag(bags / 'zz_broken')
+    out = tmp_path / 'eval'
+    argv = ['open-loop', str(bags), '--out', str(out), '--workers', '2', '--model', 'pi05-tiny',
+            '--max-frames', '4', '--no-plots', '--progress', 'off']
+    assert evaluate_main(argv) == 1  # one episode failed
+    rows = _table(out)
+    assert [r['episode'] for r in rows] == ['first_2s', 'first_3s', 'zz_broken']
+    assert [r['status'] for r in rows] == ['ok', 'ok', 'failed']
+    assert 'cannot open bag' in rows[2]['error'] and rows[2]['exit_code'] == '2'
+    for r in rows[:2]:
+        assert r['reference_available'] == 'True' and float(r['mae']) > 0 and float(r['hold_mae']) > 0
+    report = json.loads((out / 'report.json').read_text())
+    assert report['completed'] == 2 and report['failed'][0]['episode'] == 'zz_broken'
+    assert (out / 'action_error.png').is_file()
+    capsys.readouterr()
+    stamps = {r['episode']: (out / 'episodes' / r['episode'] / 'result.json').stat().st_mtime_ns
+              for r in rows}
+
+    assert evaluate_main(argv) == 1  # rerun: the broken bag runs again, the others are skipped
+    assert '2 of 3 episodes already finished' in capsys.readouterr().err
+    for eid in ('first_2s', 'first_3s'):
+        assert (out / 'episodes' / eid / 'result.json').stat().st_mtime_ns == stamps[eid]
+    assert (out / 'episodes' / 'zz_broken' / 'result.json').stat().st_mtime_ns != stamps['zz_broken']
+    assert len(_table(out)) == 3
+
+    out2 = tmp_path / 'eval2'
+    assert evaluate_main([*argv[:3], str(out2), *argv[4:]]) == 1
+    metrics = ('n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm', 'hold_mae', 'hold_mae_norm')
+    assert [[r[m] for m in metrics] for r in _table(out2)] == [[r[m] for m in metrics] for r in rows]
