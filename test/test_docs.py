@@ -37,8 +37,9 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     'bag_player': 'oxygen_ros.bags.player', 'record_sim_bag': 'oxygen_ros.sim.record_bag',
     'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'closed_loop': 'oxygen_ros.sim.closed_loop.run',
     'norm_stats': 'oxygen_ros.stats.tool', 'oxygen': 'oxygen_ros.ros.cli.main',
+    'evaluate': 'oxygen_ros.evaluate.cli',
 }
-ROS_SCRIPTS = ('oxygen_node', 'aloha_sim')
+ROS_SCRIPTS = ('oxygen_node', 'aloha_sim', 'scripted_policy')
 _ENV = re.compile(r'^[A-Z_][A-Z0-9_]*=\S*$')
 
 

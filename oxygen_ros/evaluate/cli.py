@@ -144,6 +144,9 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
         return eps
     if args.episodes < 1:
         raise EvaluateError(f'--episodes must be >= 1, got {args.episodes}')
+    if args.policy != 'scripted' and any(args.latency_ms):
+        raise EvaluateError('--latency-ms adds latency to the scripted policy only; the model\'s '
+                            'latency is its own (each episode\'s loop report measures it)')
     from oxygen_ros.evaluate.runner import GRACE_S
     from oxygen_ros.sim.closed_loop.run import build_parser as loop_parser
 

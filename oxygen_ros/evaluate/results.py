@@ -177,8 +177,8 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     return out
 
 
-def _f(v: Any, nd: int = 3) -> str:
-    return '-' if v is None else f'{v:.{nd}f}'
+def _f(v: Any, nd: int = 3, unit: str = '') -> str:
+    return '-' if v is None else f'{v:.{nd}f}{unit}'
 
 
 def format_aggregate(agg: dict[str, Any]) -> str:
@@ -196,7 +196,7 @@ def format_aggregate(agg: dict[str, Any]) -> str:
                   if g['wilson95_low'] is not None else '-')
             lines.append(f'  {g["policy"]:<9} {g["latency_ms"]:>6.0f}ms {g["successes"]:>4}/'
                          f'{g["completed"]:<4} {_f(g["success_rate"], 2):>6} {ci:>15} '
-                         f'{_f(g["time_to_success_s_mean"], 2):>8}s {_f(g["path_length_rad_mean"], 2):>8} '
+                         f'{_f(g["time_to_success_s_mean"], 2, "s"):>9} {_f(g["path_length_rad_mean"], 2):>8} '
                          f'{_f(g["max_switch_jump_max"], 3):>8}')
     else:
         lines.append(f'  bags with a reference: {agg["with_reference"]}'

@@ -226,3 +226,12 @@ def test_evaluate_open_loop_on_local_ray(tmp_path, capsys):
     assert evaluate_main([*argv[:3], str(out2), *argv[4:]]) == 1
     metrics = ('n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm', 'hold_mae', 'hold_mae_norm')
     assert [[r[m] for m in metrics] for r in _table(out2)] == [[r[m] for m in metrics] for r in rows]
+
+
+def test_latency_on_the_model_is_refused(tmp_path, capsys):
+    """The model's latency is its own: an added --latency-ms would label rows with a latency that
+    never happened, so it is refused before any episode."""
+    assert evaluate_main(['closed-loop', '--episodes', '2', '--latency-ms', '0', '100',
+                          '--out', str(tmp_path / 'o')]) == 2
+    assert 'scripted policy only' in capsys.readouterr().err
+    assert not (tmp_path / 'o').exists()

@@ -24,7 +24,7 @@ pytest.importorskip('gym_aloha')
 
 from domain_coordinator import domain_id  # noqa: E402
 
-from oxygen_ros.sim.closed_loop.run import build_parser  # noqa: E402
+from oxygen_ros.sim.closed_loop.run import build_parser, main  # noqa: E402
 from oxygen_ros.sim.closed_loop.report import checks as _checks, format_report, switch_line  # noqa: E402
 
 
@@ -228,3 +228,15 @@ def test_policy_defaults_and_the_episode_line():
                          'lift_max_m': 0.01, 'max_reward': 1, 'path_length_rad': 2.5,
                          'gripper_path_length': 0.3, 'max_switch_jump': None})
     assert line.startswith('  episode          : no success (ended by time)') and 'n/a' in line
+
+
+@pytest.mark.parametrize('argv, says', [
+    (['--latency-ms', '100'], 'applies to --policy scripted only'),
+    (['--policy', 'scripted', '--latency-ms', '-5'], 'must be >= 0'),
+    (['--policy', 'scripted', '--episode-s', '-1'], 'must be >= 0'),
+    (['--policy', 'scripted', '--lift-height-m', '0'], '--lift-height-m must be > 0'),
+])
+def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says, capsys):
+    """An added latency on the model would be silently ignored: refused, as are bad ranges."""
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err

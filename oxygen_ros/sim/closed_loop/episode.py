@@ -24,7 +24,7 @@ from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
 from oxygen_ros.sim.closed_loop.processes import control_period
 from oxygen_ros.sim.closed_loop.report import num
 
-__all__ = ['EPISODE_KEYS', 'EpisodeWatch', 'episode_report', 'resolve_defaults', 'scripted_cmd',
+__all__ = ['EPISODE_KEYS', 'EpisodeWatch', 'argument_problem', 'episode_report', 'resolve_defaults', 'scripted_cmd',
            'sim_task_params']
 
 SIM_STATUS = 'aloha_sim: executor'
@@ -46,6 +46,20 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     if scripted:
         args.ask = ''  # nobody answers
     return args
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Why the episode arguments cannot run (None when they can): an added latency is the scripted
+    policy's (the model's latency is its own, never silently ignored), and the numbers' ranges."""
+    if args.latency_ms and args.policy != 'scripted':
+        return (f'--latency-ms {args.latency_ms:g} applies to --policy scripted only (the model\'s '
+                'latency is its own; the report measures it)')
+    if args.latency_ms < 0 or args.episode_s < 0:
+        return f'--latency-ms and --episode-s must be >= 0, got {args.latency_ms:g}, {args.episode_s:g}'
+    if not args.lift_height_m > 0 or args.lift_hold_s < 0:
+        return (f'--lift-height-m must be > 0 and --lift-hold-s >= 0, got {args.lift_height_m:g}, '
+                f'{args.lift_hold_s:g}')
+    return None
 
 
 def sim_task_params(args: argparse.Namespace) -> list[str]:

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
-from oxygen_ros.sim.closed_loop.episode import (EpisodeWatch, episode_report, resolve_defaults,
-                                                scripted_cmd, sim_task_params)
+from oxygen_ros.sim.closed_loop.episode import (EpisodeWatch, argument_problem, episode_report,
+                                                resolve_defaults, scripted_cmd, sim_task_params)
 from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
 from oxygen_ros.sim.closed_loop.processes import (ChildProcess, child_env, config_dir, control_period,
                                                  ros_domain, wait_for)
@@ -337,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     args = resolve_defaults(build_parser().parse_args(argv))
     if args.frames < 1 or args.rtf < 0:
         print('closed_loop: --frames must be >= 1 and --rtf >= 0', file=sys.stderr)
+        return 2
+    problem = argument_problem(args)
+    if problem:
+        print(f'closed_loop: {problem}', file=sys.stderr)
         return 2
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix='closed_loop_'))
     log_dir.mkdir(parents=True, exist_ok=True)
