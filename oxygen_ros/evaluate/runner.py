@@ -113,8 +113,11 @@ def row_from_outputs(episode: Episode, out_dir: Path, exit_code: int | None, out
     """The table row of a finished (or killed) episode from what it left in ``out_dir``.
 
     Args:
-        episode: the episode. out_dir: its folder. exit_code: the process's exit status (None if
-        it never started). output: its stdout+stderr. wall_s: wall seconds it ran.
+        episode: the episode.
+        out_dir: its folder.
+        exit_code: the process's exit status (None if it never started).
+        output: its stdout+stderr.
+        wall_s: wall seconds it ran.
         timed_out: it was stopped at its time limit.
     """
     row: dict[str, Any] = {'episode': episode.id, 'kind': episode.kind, **episode.columns}
@@ -146,10 +149,12 @@ def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
     """Run ``episode`` into ``out_dir`` (created) as a process and return its row.
 
     Args:
-        episode: what to run. out_dir: the episode's folder (``output.log`` and the command's
-        outputs). timeout_s: wall-clock limit, seconds (SIGINT, then SIGKILL after
-        :data:`GRACE_S`). env: extra environment variables. cwd: working directory of the
-        episode's process (the driver's, so relative paths in its arguments mean the same).
+        episode: what to run.
+        out_dir: the episode's folder (``output.log`` and the command's outputs).
+        timeout_s: wall-clock limit, seconds (SIGINT, then SIGKILL after :data:`GRACE_S`).
+        env: extra environment variables.
+        cwd: working directory of the episode's process (the driver's, so relative paths in its
+            arguments mean the same).
 
     Never raises for a failing episode: the row says what happened.
     """
