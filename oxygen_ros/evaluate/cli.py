@@ -96,11 +96,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+LOOP_ARGS_SET_HERE = ('--policy', '--latency-ms', '--seed', '--episode-s', '--ask', '--timeout',
+                      '--json', '--log-dir', '--domain-id', '--model', '--rtf', '--oxygen-param')
+"""``closed_loop`` options ``evaluate`` sets itself (refused in ``--loop-arg``: the rows would
+say otherwise)."""
+
+
+def _model(args: argparse.Namespace) -> str | None:
+    """``--model`` as given, or its absolute path when it names a file or folder (episodes run in
+    other working directories)."""
+    if args.model and Path(args.model).expanduser().exists():
+        return str(Path(args.model).expanduser().resolve())
+    return args.model
+
+
 def _forwarded(args: argparse.Namespace) -> list[str]:
-    """The per-episode command's options (also what a rerun must match)."""
+    """The per-episode command's options (also what a rerun must match).
+
+    Raises:
+        EvaluateError: a ``--loop-arg`` that ``evaluate`` sets itself, or ``--policy model``
+            without ``--model``.
+    """
     fw: list[str] = []
-    if args.model:
-        fw += ['--model', args.model]
+    model = _model(args)
+    if model:
+        fw += ['--model', model]
     if args.kind == 'open-loop':
         if args.params_file:
             fw += ['--params-file', str(args.params_file.resolve())]
@@ -120,6 +140,13 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         if args.no_plots:
             fw.append('--no-plots')
         return fw
+    if args.policy == 'model' and not args.model:
+        raise EvaluateError('--policy model needs --model (a checkpoint folder, or a preset such as '
+                            'pi05-tiny for random weights)')
+    for a in args.loop_arg:
+        if a.split('=', 1)[0] in LOOP_ARGS_SET_HERE:
+            raise EvaluateError(f'--loop-arg={a}: evaluate sets {a.split("=", 1)[0]} itself (use its '
+                                'own option)')
     if args.rtf is not None:
         fw += ['--rtf', f'{args.rtf:g}']
     for prm in args.oxygen_param:
@@ -139,7 +166,7 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
     if args.kind == 'open-loop':
         from oxygen_ros.replay.replay import build_parser as replay_parser
 
-        eps = open_loop_episodes(find_bags(args.bags), fw)
+        eps = open_loop_episodes(find_bags(args.bags), fw, _model(args) or '(params file)')
         _check_args(replay_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'replay')
         return eps
     if args.episodes < 1:
@@ -153,7 +180,8 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
     # the loop stops itself (and reports) before the episode's process is stopped from outside
     loop_timeout = max(10.0, args.episode_timeout_s - GRACE_S - 10.0)
     eps = closed_loop_episodes(range(args.seed, args.seed + args.episodes), args.policy,
-                               args.latency_ms, args.episode_s, loop_timeout, fw)
+                               args.latency_ms, args.episode_s, loop_timeout, fw,
+                               'scripted' if args.policy == 'scripted' else _model(args))
     _check_args(loop_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'closed_loop')
     return eps
 
@@ -197,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress,
                      skipped=len(rows))
+    except ValueError as exc:  # resources the Ray instance cannot give
+        print(f'evaluate: error: {exc}', file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f'evaluate: interrupted; {len(rows)} finished episodes are kept in {args.out}',
               file=sys.stderr)

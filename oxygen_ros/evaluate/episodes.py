@@ -87,12 +87,14 @@ def _slug(text: str) -> str:
     return re.sub(r'[^A-Za-z0-9_.-]+', '_', text).strip('_') or 'bag'
 
 
-def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = ()) -> list[Episode]:
+def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = (),
+                       model: str = '') -> list[Episode]:
     """One ``replay`` episode per bag (ids from the bag names, made unique in order).
 
     Args:
         bags: bag paths (see :func:`find_bags`).
         replay_args: extra ``replay`` arguments for every episode (``--model``, ``-p`` ...).
+        model: the ``model`` column (the checkpoint or preset).
     """
     episodes, seen = [], set()
     for bag in bags:
@@ -104,13 +106,13 @@ def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = ()) ->
         seen.add(eid)
         args = (str(bag.resolve()), '--out', '{out}', '--overwrite', '--progress', 'off',
                 '--quiet-text', *replay_args)
-        episodes.append(Episode(eid, OPEN_LOOP, {'bag': str(bag)}, REPLAY_MODULE, args))
+        episodes.append(Episode(eid, OPEN_LOOP, {'model': model, 'bag': str(bag)}, REPLAY_MODULE, args))
     return episodes
 
 
 def closed_loop_episodes(seeds: Sequence[int], policy: str, latencies_ms: Sequence[float],
                          episode_s: float, episode_timeout_s: float,
-                         loop_args: Sequence[str] = ()) -> list[Episode]:
+                         loop_args: Sequence[str] = (), model: str = '') -> list[Episode]:
     """One ``closed_loop`` episode per (latency, seed), each ending at success or ``episode_s``.
 
     Args:
@@ -121,6 +123,7 @@ def closed_loop_episodes(seeds: Sequence[int], policy: str, latencies_ms: Sequen
         episode_timeout_s: wall-clock limit handed to ``closed_loop --timeout`` (it stops its nodes
             and reports when it is reached).
         loop_args: extra ``closed_loop`` arguments (``--model``, ``--rtf``, ``--oxygen-param`` ...).
+        model: the ``model`` column (the checkpoint or preset; ``scripted`` for the oracle).
 
     Raises:
         EvaluateError: no seed, a negative latency, or a non-positive episode length.
@@ -132,13 +135,13 @@ def closed_loop_episodes(seeds: Sequence[int], policy: str, latencies_ms: Sequen
     if not episode_s > 0:
         raise EvaluateError(f'--episode-s must be > 0, got {episode_s}')
     episodes = []
-    for lat in latencies_ms:
+    for lat in dict.fromkeys(float(v) for v in latencies_ms):  # a latency given twice runs once
         for seed in seeds:
             eid = f'{policy}-lat{lat:g}ms-seed{seed:04d}'
             args = ('--policy', policy, '--latency-ms', f'{lat:g}', '--seed', str(seed),
                     '--episode-s', f'{episode_s:g}', '--ask', '', '--timeout', f'{episode_timeout_s:g}',
                     '--json', '{out}/report.json', '--log-dir', '{out}/logs', *loop_args)
-            episodes.append(Episode(eid, CLOSED_LOOP, {'seed': seed, 'policy': policy,
+            episodes.append(Episode(eid, CLOSED_LOOP, {'model': model, 'seed': seed, 'policy': policy,
                                                        'latency_ms': float(lat)},
                                     CLOSED_LOOP_MODULE, args))
     return episodes

@@ -24,7 +24,9 @@ def _success(agg: dict[str, Any], path: Path) -> None:
         x = [g['latency_ms'] for g in gs]
         y = [g['success_rate'] for g in gs]
         err = [[r - g['wilson95_low'] for r, g in zip(y, gs)], [g['wilson95_high'] - r for r, g in zip(y, gs)]]
-        ax.errorbar(x, y, yerr=err, marker='o', capsize=4, label=f'{policy} (n={gs[0]["completed"]})')
+        ns = sorted({g['completed'] for g in gs})
+        ax.errorbar(x, y, yerr=err, marker='o', capsize=4,
+                    label=f'{policy} (n={"/".join(map(str, ns))} per latency)')
     ax.set_xlabel('added policy latency (ms)')
     ax.set_ylabel('success rate (95 % Wilson interval)')
     ax.set_ylim(-0.05, 1.05)
@@ -50,8 +52,11 @@ def _errors(agg: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> 
     ok = [r for r in rows if r['status'] == 'ok' and r.get('reference_available')]
     names = [r['episode'] for r in ok]
     xs = range(len(ok))
-    a2.bar([x - 0.2 for x in xs], [r.get('mae_norm') or 0.0 for r in ok], width=0.4, label='policy')
-    a2.bar([x + 0.2 for x in xs], [r.get('hold_mae_norm') or 0.0 for r in ok], width=0.4,
+    def val(r: dict[str, Any], key: str) -> float:
+        return float('nan') if r.get(key) is None else r[key]  # no bar, never a 0 that looks perfect
+
+    a2.bar([x - 0.2 for x in xs], [val(r, 'mae_norm') for r in ok], width=0.4, label='policy')
+    a2.bar([x + 0.2 for x in xs], [val(r, 'hold_mae_norm') for r in ok], width=0.4,
            label='hold state')
     a2.set_xticks(list(xs), names, rotation=45, ha='right', fontsize=7)
     a2.set_ylabel('MAE / joint range')

@@ -29,7 +29,7 @@ from oxygen_ros.evaluate.runner import CLOSED_LOOP_METRICS, OPEN_LOOP_METRICS
 
 __all__ = ['OutputFolder', 'aggregate', 'format_aggregate', 'wilson_interval']
 
-_BASE_COLUMNS = ('episode', 'kind', 'bag', 'seed', 'policy', 'latency_ms', 'status', 'error', 'note',
+_BASE_COLUMNS = ('episode', 'kind', 'model', 'bag', 'seed', 'policy', 'latency_ms', 'status', 'error', 'note',
                  'exit_code', 'wall_s')
 
 
@@ -85,12 +85,14 @@ class OutputFolder:
         return self.episodes_dir / episode.id / 'result.json'
 
     def finished(self, episode: Episode) -> dict[str, Any] | None:
-        """The saved row of an episode that ended ``ok``, else None (it must run again)."""
+        """The saved row of an episode that ended ``ok`` with the same arguments, else None (it must
+        run again)."""
         try:
             row = json.loads(self.result_path(episode).read_text())
         except (OSError, ValueError):
             return None
-        return row if row.get('status') == 'ok' else None
+        # the same command (bag path, episode length, seed ...): an id alone is not the episode
+        return row if row.get('status') == 'ok' and row.get('args') == list(episode.args) else None
 
     def save_row(self, row: dict[str, Any]) -> None:
         path = self.episodes_dir / row['episode'] / 'result.json'
@@ -165,6 +167,10 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     with_ref = [r for r in ok if r.get('reference_available')]
     out['without_reference'] = [r['episode'] for r in ok if not r.get('reference_available')]
     out['with_reference'] = len(with_ref)
+    kinds: dict[str, int] = {}
+    for r in with_ref:  # commands and joint states are different references: say how many of each
+        kinds[str(r.get('reference_kind'))] = kinds.get(str(r.get('reference_kind')), 0) + 1
+    out['reference_kinds'] = kinds
     for key in ('mae', 'rmse', 'mae_norm', 'rmse_norm', 'arms_mae_norm', 'grippers_mae_norm',
                 'hold_mae', 'hold_mae_norm', 'first_point_mae_norm'):
         out[key] = _mean([r.get(key) for r in with_ref])
@@ -194,12 +200,14 @@ def format_aggregate(agg: dict[str, Any]) -> str:
         for g in agg['groups']:
             ci = (f'[{g["wilson95_low"]:.2f}, {g["wilson95_high"]:.2f}]'
                   if g['wilson95_low'] is not None else '-')
-            lines.append(f'  {g["policy"]:<9} {g["latency_ms"]:>6.0f}ms {g["successes"]:>4}/'
+            lines.append(f'  {g["policy"]:<9} {g["latency_ms"]:>6g}ms {g["successes"]:>4}/'
                          f'{g["completed"]:<4} {_f(g["success_rate"], 2):>6} {ci:>15} '
                          f'{_f(g["time_to_success_s_mean"], 2, "s"):>9} {_f(g["path_length_rad_mean"], 2):>8} '
-                         f'{_f(g["max_switch_jump_max"], 3):>8}')
+                         f'{_f(g["max_switch_jump_max"], 3):>8}'
+                         + (f'  ({g["failed"]} failed, not in the rate)' if g['failed'] else ''))
     else:
-        lines.append(f'  bags with a reference: {agg["with_reference"]}'
+        kinds = ', '.join(f'{k} {v}' for k, v in sorted(agg.get('reference_kinds', {}).items()))
+        lines.append(f'  bags with a reference: {agg["with_reference"]}' + (f' ({kinds})' if kinds else '')
                      + (f'; without: {", ".join(agg["without_reference"])}'
                         if agg['without_reference'] else ''))
         lines.append(f'  {"":<22} {"policy":>9} {"hold state":>11}')

@@ -27,9 +27,10 @@ from typing import Any
 
 from oxygen_ros.evaluate.episodes import CLOSED_LOOP, Episode
 
-__all__ = ['CLOSED_LOOP_METRICS', 'OPEN_LOOP_METRICS', 'row_from_outputs', 'run_episode']
+__all__ = ['CLOSED_LOOP_METRICS', 'OPEN_LOOP_METRICS', 'PID_FILE', 'kill_episode_group', 'row_from_outputs',
+           'run_episode']
 
-OPEN_LOOP_METRICS = ('reference_available', 'n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm',
+OPEN_LOOP_METRICS = ('reference_available', 'reference_kind', 'reference_topic', 'n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm',
                      'rmse_norm', 'arms_mae_norm', 'grippers_mae_norm', 'hold_mae', 'hold_mae_norm',
                      'first_point_mae_norm', 'chunks', 'frame_time_p50_ms')
 """Open-loop columns: accuracy in joint units / normalised by the joint's recorded range (means
@@ -41,6 +42,10 @@ CLOSED_LOOP_METRICS = ('success', 'time_to_success_s', 'episode_s', 'path_length
                        'checks_failed')
 """Closed-loop columns: the sim's success verdict and per-episode measures (see
 :mod:`oxygen_ros.sim.closed_loop.run`) and the names of the loop's failed safety checks."""
+
+PID_FILE = 'episode.pid'
+"""Written in the episode folder when its process starts: the id of its process group (and the
+time it started running, as the file's modification time)."""
 
 GRACE_S = 30.0
 """Seconds between SIGINT and SIGKILL of a timed-out episode's process group."""
@@ -77,6 +82,8 @@ def _open_loop_metrics(out_dir: Path) -> tuple[dict[str, Any], str]:
     frame_p50 = _num(summary.get('frame_time_p50_s'))
     row = {
         'reference_available': bool(acc.get('available', False)),
+        'reference_kind': acc.get('reference_kind'), 'reference_topic': acc.get('reference_topic'),
+        'reference_note': (acc.get('message') or '') if acc.get('available') else '',
         'n_chunks': acc.get('n_chunks'), 'n_points': acc.get('n_points'),
         'mae': _num(acc.get('mae')), 'rmse': _num(acc.get('rmse')),
         'mae_norm': _num(acc.get('mae_norm')), 'rmse_norm': _num(acc.get('rmse_norm')),
@@ -120,7 +127,8 @@ def row_from_outputs(episode: Episode, out_dir: Path, exit_code: int | None, out
         wall_s: wall seconds it ran.
         timed_out: it was stopped at its time limit.
     """
-    row: dict[str, Any] = {'episode': episode.id, 'kind': episode.kind, **episode.columns}
+    row: dict[str, Any] = {'episode': episode.id, 'kind': episode.kind, **episode.columns,
+                           'args': list(episode.args)}
     if episode.kind == CLOSED_LOOP:
         metrics, error = _closed_loop_metrics(out_dir)
         ok = not error and exit_code in (0, 1)  # 1: a safety check failed; the episode still ran
@@ -130,6 +138,8 @@ def row_from_outputs(episode: Episode, out_dir: Path, exit_code: int | None, out
         if exit_code == 0 and metrics and not metrics['reference_available']:
             row['note'] = error  # ran fine; the bag has no usable reference (said, not zeros)
             error = ''
+        elif metrics.get('reference_note'):
+            row['note'] = metrics['reference_note']  # e.g. compared with the joint states instead
     if timed_out:
         status, error = 'timed_out', f'timed out after {wall_s:.0f} s' + (f'; {error}' if error else '')
     elif ok and not error:
@@ -159,8 +169,12 @@ def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
     Never raises for a failing episode: the row says what happened.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ('report.json', 'result.json', PID_FILE):  # a previous attempt's: never read as this one's
+        (out_dir / stale).unlink(missing_ok=True)
     cmd = episode.command(out_dir)
     full_env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
+    if episode.kind == CLOSED_LOOP:  # a free domain per episode (domain_coordinator), never a shared one
+        full_env.pop('ROS_DOMAIN_ID', None)
     t0 = time.monotonic()
     timed_out = False
     with open(out_dir / 'output.log', 'w+b') as log:
@@ -171,6 +185,7 @@ def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
                                     cwd=cwd, start_new_session=True)
         except OSError as exc:
             return row_from_outputs(episode, out_dir, None, f'could not start: {exc}', 0.0, False)
+        (out_dir / PID_FILE).write_text(str(proc.pid))  # its process group, for the driver's backstop
         try:
             proc.wait(timeout_s)
             _kill_group(proc)  # whatever the episode left running (a crashed loop's nodes)
@@ -191,6 +206,19 @@ def _kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_episode_group(out_dir: Path) -> bool:
+    """SIGKILL the process group recorded in ``out_dir`` (an episode whose Ray task was cancelled
+    or lost: its processes run in their own session and would outlive the worker). Returns
+    whether a group was signalled. Works on this machine only (a cluster node's own episodes end
+    at their own time limit)."""
+    try:
+        pgid = int((out_dir / PID_FILE).read_text())
+        os.killpg(pgid, signal.SIGKILL)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.evaluate.episodes import Episode
-from oxygen_ros.evaluate.runner import GRACE_S, run_episode
+from oxygen_ros.evaluate.runner import GRACE_S, PID_FILE, kill_episode_group, run_episode
 
 __all__ = ['RayOptions', 'run_episodes']
 
@@ -74,6 +74,27 @@ def _remote_episode(episode: Episode, out_dir: str, timeout_s: float, cwd: str) 
     return run_episode(episode, Path(out_dir), timeout_s, cwd=cwd)
 
 
+def _running_for(out_dir: Path) -> float | None:
+    """Seconds since the episode's process started (its pid file), None before it started."""
+    try:
+        return time.time() - (out_dir / PID_FILE).stat().st_mtime
+    except OSError:
+        return None
+
+
+def check_resources(ray: Any, opts: RayOptions) -> None:
+    """Refuse per-episode resources no node can give (the tasks would wait for ever).
+
+    Raises:
+        ValueError: more CPUs or GPUs per episode than the Ray instance has.
+    """
+    have = ray.cluster_resources()
+    for name, want in (('CPU', opts.cpus), ('GPU', opts.gpus)):
+        if want > 0 and want > have.get(name, 0.0):
+            raise ValueError(f'each episode asks for {want:g} {name} but the Ray instance has '
+                             f'{have.get(name, 0.0):g}; lower --{name.lower()}s-per-episode')
+
+
 def _lost_row(episode: Episode, status: str, error: str, wall_s: float) -> dict[str, Any]:
     return {'episode': episode.id, 'kind': episode.kind, **episode.columns, 'status': status,
             'error': error, 'exit_code': None, 'wall_s': round(wall_s, 2)}
@@ -96,12 +117,18 @@ def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, 
     Raises:
         KeyboardInterrupt: after cancelling the episodes still running (their rows are not made).
         ImportError: Ray is not installed.
+        ValueError: the per-episode resources exceed the Ray instance's (nothing was run).
     """
     if not episodes:
         return
     from tqdm import tqdm
 
     ray = _init_ray(opts)
+    try:
+        check_resources(ray, opts)
+    except ValueError:
+        ray.shutdown()
+        raise
     task = ray.remote(_remote_episode).options(num_cpus=opts.cpus, num_gpus=opts.gpus, max_retries=0)
     cwd = os.getcwd()
     pending = list(episodes)
@@ -124,12 +151,14 @@ def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, 
                     rows.append(ray.get(ref))
                 except Exception as exc:  # the worker died or the task raised
                     rows.append(_lost_row(ep, 'failed', f'{type(exc).__name__}: {exc}'[:500], now - t0))
-            for ref, (ep, t0) in list(running.items()):
-                if now - t0 > timeout_s + GRACE_S + BACKSTOP_S:
+            for ref, (ep, _) in list(running.items()):
+                ran = _running_for(out_root / ep.id)  # from its start, not from the submission
+                if ran is not None and ran > timeout_s + GRACE_S + BACKSTOP_S:
                     ray.cancel(ref, force=True)
+                    kill_episode_group(out_root / ep.id)
                     del running[ref]
                     rows.append(_lost_row(ep, 'timed_out', f'the episode did not return within '
-                                          f'{now - t0:.0f} s; its task was cancelled', now - t0))
+                                          f'{ran:.0f} s of its start; its task was cancelled', ran))
             for row in rows:
                 counts['ok' if row['status'] == 'ok' else 'failed'] += 1
                 on_row(row)
@@ -140,8 +169,9 @@ def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, 
         for ref in running:
             ray.cancel(ref)
         ray.wait(list(running), num_returns=len(running), timeout=GRACE_S + 10.0)
-        for ref in running:
+        for ref, (ep, _) in running.items():
             ray.cancel(ref, force=True)
+            kill_episode_group(out_root / ep.id)
         raise
     finally:
         bar.close()

@@ -55,7 +55,7 @@ def test_closed_loop_episodes():
     eps = closed_loop_episodes(range(3, 5), 'scripted', [0, 100], 12.0, 300.0, ['--rtf', '1'])
     assert [e.id for e in eps] == ['scripted-lat0ms-seed0003', 'scripted-lat0ms-seed0004',
                                    'scripted-lat100ms-seed0003', 'scripted-lat100ms-seed0004']
-    assert eps[2].columns == {'seed': 3, 'policy': 'scripted', 'latency_ms': 100.0}
+    assert eps[2].columns == {'model': '', 'seed': 3, 'policy': 'scripted', 'latency_ms': 100.0}
     args = eps[2].args
     assert args[args.index('--latency-ms') + 1] == '100' and args[args.index('--seed') + 1] == '3'
     assert args[args.index('--ask') + 1] == '' and args[-2:] == ('--rtf', '1')
@@ -161,10 +161,10 @@ def test_output_folder_resume_rules(tmp_path):
     out = tmp_path / 'ev'
     folder = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
     ep_ok, ep_bad = Episode('ok', OPEN_LOOP, {}, 'm'), Episode('bad', OPEN_LOOP, {}, 'm')
-    folder.save_row({'episode': 'ok', 'status': 'ok'})
-    folder.save_row({'episode': 'bad', 'status': 'failed', 'error': 'x'})
+    folder.save_row({'episode': 'ok', 'status': 'ok', 'args': []})
+    folder.save_row({'episode': 'bad', 'status': 'failed', 'error': 'x', 'args': []})
     again = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
-    assert again.finished(ep_ok) == {'episode': 'ok', 'status': 'ok'}
+    assert again.finished(ep_ok) == {'episode': 'ok', 'status': 'ok', 'args': []}
     assert again.finished(ep_bad) is None  # failed episodes run again
     with pytest.raises(EvaluateError, match='other settings'):
         OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'b']})
@@ -232,6 +232,84 @@ def test_latency_on_the_model_is_refused(tmp_path, capsys):
     """The model's latency is its own: an added --latency-ms would label rows with a latency that
     never happened, so it is refused before any episode."""
     assert evaluate_main(['closed-loop', '--episodes', '2', '--latency-ms', '0', '100',
-                          '--out', str(tmp_path / 'o')]) == 2
+                          '--model', 'pi05-tiny', '--out', str(tmp_path / 'o')]) == 2
     assert 'scripted policy only' in capsys.readouterr().err
     assert not (tmp_path / 'o').exists()
+
+
+def test_review_rules_refused_before_any_episode(tmp_path, capsys):
+    """Options whose rows would lie are refused: the model's default silently random, an option
+    evaluate sets itself passed through --loop-arg."""
+    out = str(tmp_path / 'o')
+    assert evaluate_main(['closed-loop', '--episodes', '1', '--out', out]) == 2
+    assert '--policy model needs --model' in capsys.readouterr().err
+    assert evaluate_main(['closed-loop', '--episodes', '1', '--policy', 'scripted', '--out', out,
+                          '--loop-arg=--seed=3']) == 2
+    assert 'evaluate sets --seed itself' in capsys.readouterr().err
+    eps = closed_loop_episodes([0], 'scripted', [0, 0.0, 100], 12.0, 300.0, model='scripted')
+    assert [e.id for e in eps] == ['scripted-lat0ms-seed0000', 'scripted-lat100ms-seed0000']
+    assert eps[0].columns['model'] == 'scripted'
+
+
+def test_a_rerun_reuses_a_row_only_for_the_same_command(tmp_path):
+    """An id alone is not the episode: another episode length (or bag path) runs again."""
+    folder = OutputFolder(tmp_path / 'ev', {'kind': CLOSED_LOOP, 'options': []})
+    ep12 = closed_loop_episodes([0], 'scripted', [0], 12.0, 300.0)[0]
+    ep3 = closed_loop_episodes([0], 'scripted', [0], 3.0, 300.0)[0]
+    assert ep12.id == ep3.id
+    folder.save_row({'episode': ep12.id, 'status': 'ok', 'args': list(ep12.args)})
+    assert folder.finished(ep12) is not None and folder.finished(ep3) is None
+    a, b = tmp_path / 'A' / 'run1', tmp_path / 'B' / 'run1'
+    for bag in (a, b):
+        bag.mkdir(parents=True)
+        (bag / 'metadata.yaml').write_text('x')
+    (ea,), (eb,) = open_loop_episodes([a]), open_loop_episodes([b])
+    folder.save_row({'episode': ea.id, 'status': 'ok', 'args': list(ea.args)})
+    assert ea.id == eb.id and folder.finished(ea) is not None and folder.finished(eb) is None
+
+
+def test_closed_loop_episodes_get_their_own_domain_and_no_stale_report(tmp_path, monkeypatch):
+    """With ROS_DOMAIN_ID exported, parallel loops would share one domain (and each other's
+    chunks): the episode's process does not inherit it. A previous attempt's report is removed
+    before the episode starts, so a crash is never read as the old result."""
+    mod = tmp_path / 'mods' / 'env_episode.py'
+    mod.parent.mkdir()
+    mod.write_text('import os, sys\n'
+                   'open(sys.argv[1], "w").write(os.environ.get("ROS_DOMAIN_ID", "unset"))\n'
+                   'sys.exit(1)\n')
+    monkeypatch.setenv('ROS_DOMAIN_ID', '7')
+    ep_dir = tmp_path / 'ep'
+    ep_dir.mkdir()
+    (ep_dir / 'report.json').write_text(json.dumps({'episode': {'success': True}, 'checks': {}}))
+    ep = Episode('x', CLOSED_LOOP, {'seed': 0}, 'env_episode', (str(tmp_path / 'dom'),))
+    row = run_episode(ep, ep_dir, 30.0, env={'PYTHONPATH': str(mod.parent)})
+    assert (tmp_path / 'dom').read_text() == 'unset'
+    assert row['status'] == 'failed' and 'no readable report.json' in row['error']
+
+
+def test_open_loop_row_says_which_reference(tmp_path):
+    """A bag compared with its joint states (no command topic) says so in its row."""
+    (tmp_path / 'report.json').write_text(json.dumps({
+        'summary': {'chunks': 3, 'frame_time_p50_s': 0.1},
+        'action_accuracy': {'available': True, 'reference_kind': 'joint_state',
+                            'reference_topic': '/joint_states',
+                            'message': '/commanded_action is not in the bag; compared with the joint states',
+                            'mae': 0.1, 'mae_norm': 0.2, 'hold_baseline': {'mae': 0.05}}}))
+    row = row_from_outputs(Episode('b', OPEN_LOOP, {'bag': 'b'}, 'm'), tmp_path, 0, '', 1.0, False)
+    assert row['status'] == 'ok' and row['reference_kind'] == 'joint_state'
+    assert 'compared with the joint states' in row['note']
+
+
+def test_resources_no_node_has_are_refused():
+    from oxygen_ros.evaluate.scheduler import RayOptions, check_resources
+
+    class FakeRay:
+        @staticmethod
+        def cluster_resources():
+            return {'CPU': 2.0}
+
+    check_resources(FakeRay, RayOptions(workers=2, cpus=1.0))
+    with pytest.raises(ValueError, match='asks for 1 GPU but the Ray instance has 0'):
+        check_resources(FakeRay, RayOptions(workers=1, cpus=1.0, gpus=1.0))
+    with pytest.raises(ValueError, match='4 CPU'):
+        check_resources(FakeRay, RayOptions(workers=1, cpus=4.0))

@@ -240,3 +240,33 @@ def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says,
     """An added latency on the model would be silently ignored: refused, as are bad ranges."""
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_success_after_the_episode_limit_is_not_counted():
+    """The sim does not know the episode length and its status comes every 0.2 s: a success
+    reached after --episode-s ends the episode by time, not as a success."""
+    from oxygen_ros.sim.closed_loop.episode import EpisodeWatch, episode_report, success_within
+
+    late = {'success': 'True', 'success_time_s': '12.15', 'episode_started': 'True',
+            'episode_time_s': '12.2', 'sim_time': '20.0'}
+    on_time = {**late, 'success_time_s': '11.9'}
+    assert not success_within(late, 12.0) and success_within(on_time, 12.0)
+
+    class Monitor:
+        def __init__(self, d):
+            self.d = d
+
+        def last_diag(self, _name):
+            return self.d
+
+        def n_chunks(self):
+            return 5
+
+    watch = EpisodeWatch(12.0)
+    assert watch.done(Monitor(late)) and watch.ended_by == 'time'
+    args = build_parser().parse_args(['--policy', 'scripted', '--episode-s', '12'])
+    rep = episode_report(args, late, watch.ended_by)
+    assert rep['success'] is False and rep['time_to_success_s'] is None
+    watch = EpisodeWatch(12.0)
+    assert watch.done(Monitor(on_time)) and watch.ended_by == 'success'
+    assert episode_report(args, on_time, 'success')['time_to_success_s'] == pytest.approx(11.9)

@@ -83,6 +83,12 @@ def scripted_cmd(args: argparse.Namespace, py: str, sim_yaml: Path, sim_time: bo
             '-p', f'use_sim_time:={"true" if sim_time else "false"}']
 
 
+def success_within(sim: dict[str, str], episode_s: float) -> bool:
+    """The sim reports success, reached within ``episode_s`` episode seconds (the sim itself does
+    not know the episode length, and its status may come a period after the limit)."""
+    return sim.get('success') == 'True' and num(sim, 'success_time_s') <= episode_s + 1e-6
+
+
 class EpisodeWatch:
     """Decides when an episode-mode run is over (module doc)."""
 
@@ -97,9 +103,10 @@ class EpisodeWatch:
         sim_t = num(d, 'sim_time')
         if self.t_first_chunk is None and monitor.n_chunks() >= 1 and math.isfinite(sim_t):
             self.t_first_chunk = sim_t
-        if d.get('success') == 'True':
+        if success_within(d, self.episode_s):
             self.ended_by = 'success'
-        elif d.get('episode_started') == 'True' and num(d, 'episode_time_s') >= self.episode_s:
+        elif d.get('episode_started') == 'True' and (num(d, 'episode_time_s') >= self.episode_s
+                                                     or d.get('success') == 'True'):  # too late
             self.ended_by = 'time'
         elif (d.get('episode_started') != 'True' and self.t_first_chunk is not None
               and sim_t - self.t_first_chunk >= self.episode_s):
@@ -117,7 +124,7 @@ def _opt(values: dict[str, str], key: str) -> float | None:
 def episode_report(args: argparse.Namespace, sim: dict[str, str], ended_by: str) -> dict[str, Any]:
     """``report['episode']`` from the sim's last status ``sim``: the :data:`EPISODE_KEYS`
     (``None`` for a value the sim has not reported) plus ``ended_by`` and ``episode_started``."""
-    success = sim.get('success') == 'True'
+    success = success_within(sim, args.episode_s)
     reward = _opt(sim, 'max_reward')
     return {'seed': args.seed, 'policy': args.policy, 'latency_ms': args.latency_ms,
             'success': success,
