@@ -5,7 +5,8 @@
         model:=/models/pi05_aloha device:=cuda
 
 Arguments:
-    params_file: parameter YAML (default: the package's config/oxygen.yaml, ALOHA-like).
+    params_file: parameter YAML (default: the package's config/oxygen.yaml, ALOHA-like). A path
+        that is not a file stops the launch at once with one line naming it (exit status 1).
     namespace: node namespace (all topics are relative, so they follow it).
     model: checkpoint folder or preset name; empty = the value in params_file.
     device: torch device (cuda, cuda:1, cpu); empty = the value in params_file.
@@ -13,11 +14,16 @@ Arguments:
     log_level: ROS log level of the node.
 """
 
+import os
+from pathlib import Path
+
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode
 from launch_ros.substitutions import FindPackageShare
+
+from oxygen_ros.ros.params.files import check_params_file
 
 PACKAGE = 'oxygen_ros'
 EXECUTABLE = 'oxygen_node'
@@ -25,8 +31,16 @@ NODE_NAME = 'oxygen'
 DEFAULT_PARAMS = ('config', 'oxygen.yaml')
 
 
+def _params_file(context, argument: str) -> str:
+    """The parameter file named by launch argument ``argument``, checked before any node starts
+    (:func:`oxygen_ros.ros.params.files.check_params_file`: a missing one stops the launch)."""
+    return check_params_file(argument, LaunchConfiguration(argument).perform(context),
+                             lambda: Path(FindPackageShare(PACKAGE).perform(context), 'config'))
+
+
 def _node(context, *args, **kwargs):
     """Build the node action; model/device override the params file only when given."""
+    _params_file(context, 'params_file')
     overrides = {}
     for key in ('model', 'device'):
         value = LaunchConfiguration(key).perform(context)

@@ -11,6 +11,7 @@ control period). The same loop without ``ros2 launch``: the ``closed_loop`` scri
 Arguments:
     sim_params_file: parameter YAML of the loop (default: the package's config/sim.yaml).
     oxygen_params_file: base parameter YAML of the oxygen node (default: config/oxygen.yaml).
+        Either one not a file stops the launch at once with one line naming it (exit status 1).
     namespace: namespace of both nodes (all their topics are relative, so they follow it).
     model: checkpoint folder or preset name; empty = the value in the parameter files.
     device: torch device (cuda, cpu); empty = the value in the parameter files.
@@ -21,11 +22,16 @@ Arguments:
     log_level: ROS log level of both nodes.
 """
 
+import os
+from pathlib import Path
+
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
+
+from oxygen_ros.ros.params.files import check_params_file
 
 PACKAGE = 'oxygen_ros'
 SIM_EXECUTABLE, SIM_NAME = 'aloha_sim', 'aloha_sim'
@@ -33,6 +39,13 @@ OXYGEN_EXECUTABLE, OXYGEN_NAME = 'oxygen_node', 'oxygen'
 SIM_PARAMS = ('config', 'sim.yaml')
 OXYGEN_PARAMS = ('config', 'oxygen.yaml')
 _TRUE = ('true', '1', 'yes', 'on')
+
+
+def _params_file(context, argument: str) -> str:
+    """The parameter file named by launch argument ``argument``, checked before any node starts
+    (:func:`oxygen_ros.ros.params.files.check_params_file`: a missing one stops the launch)."""
+    return check_params_file(argument, LaunchConfiguration(argument).perform(context),
+                             lambda: Path(FindPackageShare(PACKAGE).perform(context), 'config'))
 
 
 def _file_rtf(path: str) -> float:
@@ -53,6 +66,8 @@ def _file_rtf(path: str) -> float:
 def _nodes(context, *args, **kwargs):
     """Build both node actions with matching timing overrides."""
     sim_overrides, oxygen_overrides = {}, {}
+    for argument in ('sim_params_file', 'oxygen_params_file'):
+        _params_file(context, argument)
     sim_params = LaunchConfiguration('sim_params_file')
     rtf_arg = LaunchConfiguration('real_time_factor').perform(context).strip()
     sim_time = LaunchConfiguration('use_sim_time').perform(context).strip().lower() in _TRUE

@@ -52,11 +52,12 @@ ALOHA_COMPRESSED = {'base_0_rgb': 'cam_high/image_raw/compressed',
 
 
 def ros_env(domain_id: int) -> dict[str, str]:
-    """Environment for a node process: isolated domain, localhost discovery, repo importable."""
+    """Environment for a node process: isolated domain, localhost discovery, repo (and the test
+    helpers, e.g. ``fault_node``) importable."""
     env = dict(os.environ)
     env.update(ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
                PYTHONUNBUFFERED='1', RCUTILS_LOGGING_BUFFERED_STREAM='0',
-               PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'test'), env.get('PYTHONPATH', '')]).rstrip(os.pathsep))
     env.pop('ROS_LOCALHOST_ONLY', None)
     return env
 

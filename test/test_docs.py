@@ -35,7 +35,8 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     'chaos_soak': 'oxygen_ros.bench.soak', 'gpu_check': 'oxygen_ros.bench.gpu_check',
     'replay': 'oxygen_ros.replay.replay',
     'bag_player': 'oxygen_ros.bags.player', 'record_sim_bag': 'oxygen_ros.sim.record_bag',
-    'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'closed_loop': 'oxygen_ros.sim.closed_loop.run',
+    'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'hostile_inputs': 'oxygen_ros.ros.ingress.hostile',
+    'closed_loop': 'oxygen_ros.sim.closed_loop.run',
     'norm_stats': 'oxygen_ros.stats.tool', 'oxygen': 'oxygen_ros.ros.cli.main',
     'evaluate': 'oxygen_ros.evaluate.cli',
 }

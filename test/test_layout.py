@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "evaluate": {"core", "ros", "bags", "replay", "sim", "evaluate"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
-MAX_LINES = 370
+MAX_LINES = 400  # a guard against monsters, not a target: split along a seam, never to meet it
 MAX_MODULES_PER_FOLDER = 12
 
 

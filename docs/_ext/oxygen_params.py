@@ -10,7 +10,8 @@ same lists, so they cannot drift from what ``ros2 param describe`` says. One arg
 - ``tasks``: the per-task parameters, as ``tasks.<name>.*``.
 
 The ``live`` column says whether a configured node applies a new value at once (``yes``) or
-refuses it until the next configure (``configure``), from :func:`oxygen_ros.ros.params.live.is_live`.
+refuses it until the next configure (``configure``), from :func:`oxygen_ros.ros.params.live.is_live`;
+``start-up`` marks a read-only parameter, whose start-up value is the only one it ever takes.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _rows(group: str) -> list[tuple[str, str, str, str, str]]:
         default = 'required' if spec.default is None else repr(spec.default)
         if group == 'tasks':
             default = default.replace('_name_', '<name>')
-        live = 'yes' if is_live(spec.name.replace('_name_', 'conversation')) else 'configure'
+        live = 'start-up' if spec.read_only else 'yes' if is_live(spec.name.replace('_name_', 'conversation')) \
+            else 'configure'
         rows.append((name, spec.ptype.name.lower(), default, live, text))
     if group == 'action_space':
         rows += [(f'action_space.{k}', 'string_array', 'unset', 'configure', v) for k, v in ACTION_SPACE_LISTS.items()]

@@ -1,6 +1,6 @@
 """Play a rosbag2 over DDS at its recorded timing, like ``ros2 bag play`` (console ``bag_player``).
 
-For machines without the ``ros2`` CLI / ``rosbag2_py`` (DESIGN §7): the bag is read with
+For machines without the ``ros2`` CLI / ``rosbag2_py`` (PyPI installs): the bag is read with
 ``rosbags`` and every message is published as the recorded serialized bytes (no re-encoding) from
 an rclpy node, so subscribers — the ``oxygen`` node included — receive exactly what ``ros2 bag
 play`` would send. Options follow ``ros2 bag play``: ``--rate``, ``--clock [HZ]`` (publish
@@ -13,10 +13,12 @@ profiles (reliable unless one was best effort; transient-local only if all were)
 player can be evaluated offline with the same tools as ``replay``'s output bag.
 
 Exit status: 0 ok; 2 unusable bag/arguments (an existing ``--record`` folder without
-``--overwrite`` included); 3 the bag could not be read to its end; 4 the recording is empty — no
-message on any ``--record-topics`` topic, or a topic with no message and no publisher at the end
-(the node never configured, so its publishers never appeared; it exited; or the name is wrong).
-The bag is still written; the reason is printed per topic.
+``--overwrite`` included) or nothing to play — no message in the bag, on the ``--topics``, or
+between ``--start-offset`` and ``--duration`` (one line says which); 3 the bag could not be read
+to its end; 4 the recording is empty — no message on any ``--record-topics`` topic, or a topic
+with no message and no publisher at the end (the node never configured, so its publishers never
+appeared; it exited; or the name is wrong). The bag is still written; the reason is printed per
+topic.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class BagPlayer:
         if not self.pubs:
             raise BagError(f'nothing to play in {bag.path}: ' + (
                 '; '.join(f'{t}: {w}' for t, w in self.stats.skipped.items()) or 'no topics'))
+        if not bag.count(self.pubs):
+            full = ', '.join(f'{t} ({i.count})' for t, i in sorted(bag.topics.items()) if i.count)
+            raise BagError(f'nothing to play: {bag.path} has no message ' + (
+                f'on {sorted(self.pubs)}; messages are on {full}' if full else
+                f'at all (its topics {", ".join(sorted(bag.topics))} are empty)'))
         self.clock_hz = clock_hz
         self._clock_pub = None
         if clock_hz > 0:
@@ -307,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         [f'{n} unreadable messages on {t}' for t, n in stats.lost.items()]
     for p in problems:
         print(f'bag_player: INCOMPLETE: {p}', file=sys.stderr)
+    if not problems and not sum(stats.published.values()):
+        print(f'bag_player: error: nothing played: no message of {args.topics or "the bag"} between '
+              f'--start-offset {args.start_offset:g} s and ' + ('the end' if args.duration is None else
+                                                                 f'--duration {args.duration:g} s') +
+              f' (the bag spans {bag.duration_s:.3f} s)', file=sys.stderr)
+        return 2
     if empty:
         print(f'bag_player: EMPTY RECORDING in {args.record}: nothing was published on the recorded topics '
               "(is the node configured and active? its log says 'active, ready'):", file=sys.stderr)

@@ -8,6 +8,7 @@ these dataclasses. The full-size preset follows openpi's ``pi05`` (``gemma_2b`` 
 from __future__ import annotations
 
 import dataclasses
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,13 +201,36 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 BUDGETS, SCHEDULES, BATCHER_POLICIES = ("fixed", "adaptive"), ("serial", "concurrent"), ("frame", "continuous")
 
 
+#: The fields a task template may use: ``{text}`` (the ask) and ``{instruction}`` (the current one).
+TEMPLATE_FIELDS: tuple[str, ...] = ("text", "instruction")
+
+
+def template_problem(template: object) -> str | None:
+    """Why ``template`` (``str.format`` syntax) cannot be filled with :data:`TEMPLATE_FIELDS`, or None: not
+    text, a lone brace, any other field (``{}``, ``{0}``, ``{text.x}``, ``{nope}``) or a spec like ``{text:d}``."""
+    allowed = "allowed fields: " + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+    if not isinstance(template, str):
+        return f"must be text, got {type(template).__name__}"
+    try:
+        unknown = [n for _, n, _, _ in string.Formatter().parse(template) if n is not None and n not in TEMPLATE_FIELDS]
+        if unknown:
+            return f"unknown field {{{unknown[0]}}}; {allowed}"
+        template.format(**{f: "" for f in TEMPLATE_FIELDS})
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
+        why = f"unknown field {{{e.args[0]}}}" if isinstance(e, KeyError) else str(e)
+        braces = "; write {{ and }} for literal braces" if "Single" in why else ""
+        return f"cannot be filled ({why}{braces}); {allowed}"
+    return None
+
+
 @dataclass(frozen=True)
 class TaskConfig:
-    """One language task (DESIGN §5): how its requests are prompted and bounded.
+    """One language task: how its requests are prompted and bounded.
 
-    ``template`` is filled with ``{text}`` (the ask) and ``{instruction}``; it continues the shared observation
-    prefix, or with ``own_prefix`` sits inside a bidirectional prefix of its own (π0.5 subtask prediction, one
-    more prefill per request). ``every_n_frames > 0`` makes the task periodic (e.g. textual memory).
+    ``template`` is filled with ``{text}`` (the ask) and ``{instruction}`` (``TEMPLATE_FIELDS``, no other
+    field); it continues the shared observation prefix, or with ``own_prefix`` sits inside a bidirectional
+    prefix of its own (π0.5 subtask prediction, one more prefill per request). ``every_n_frames > 0`` makes
+    the task periodic (e.g. textual memory).
     """
 
     name: str
@@ -219,9 +243,11 @@ class TaskConfig:
 
     def validate(self) -> "TaskConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
-        o = f"task[{self.name!r}]"
+        o = f"tasks.{self.name}"
         _check(bool(self.name) and self.name.replace("_", "").isalnum(), o, "name", self.name,
                "must be a non-empty identifier")
+        problem = template_problem(self.template)
+        _check(problem is None, o, "template", self.template, str(problem))
         _check(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, o, "max_new_tokens",
                self.max_new_tokens, "must be an int >= 1")
         _check(self.temperature >= 0.0 and self.temperature < float("inf"), o, "temperature", self.temperature,
@@ -268,6 +294,8 @@ class EngineConfig:
             ``gather`` (reference) or ``auto`` (flex when compiled on CUDA).
         max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
             width) and of its ``top_k`` (static bound of on-device sampling).
+        max_request_chars: longest ask text accepted, in characters (longer: rejected at submission,
+            before any formatting or tokenization).
         schedule / batcher_policy: ``serial`` | ``concurrent`` (two loops, same outputs); ``frame`` | ``continuous``.
     """
 
@@ -296,6 +324,7 @@ class EngineConfig:
     attention: str = "auto"
     max_request_tokens: int = 512
     max_top_k: int = 256
+    max_request_chars: int = 2000
 
     def validate(self) -> "EngineConfig":
         """Raise :class:`ConfigError` naming the first invalid field."""
@@ -306,7 +335,8 @@ class EngineConfig:
         _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
         bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
         _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_request_tokens", "max_top_k"):
+        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_request_tokens", "max_top_k",
+                     "max_request_chars"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
         for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps", "max_running_requests",
@@ -332,4 +362,5 @@ class EngineConfig:
 
 
 __all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "SCHEDULES", "BATCHER_POLICIES", "TaskConfig", "DEFAULT_TASKS",
-           "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig", "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]
+           "TEMPLATE_FIELDS", "template_problem", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig",
+           "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]

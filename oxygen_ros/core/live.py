@@ -22,7 +22,7 @@ __all__ = ["LIVE_ENGINE_FIELDS", "LIVE_RTC_FIELDS", "LIVE_TASK_FIELDS", "live_co
 #: or per chunk (the flow-noise seed).
 LIVE_ENGINE_FIELDS = frozenset({
     "decode_budget", "tokens_per_frame", "min_decode_steps", "max_decode_steps", "frame_deadline_s",
-    "max_queued_requests", "max_queue_wait_s", "max_overtakes", "seed",
+    "max_queued_requests", "max_queue_wait_s", "max_overtakes", "seed", "max_request_chars",
 })
 #: ``TaskConfig`` fields read when a request is created or started (sampling, budget, template) or
 #: at each frame (the period). ``own_prefix`` changes how many prefills a request costs: not live.

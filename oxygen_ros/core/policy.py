@@ -107,7 +107,7 @@ class Pi05Policy:
             model, _cfg, stats, _meta = load_pretrained(path_or_preset, device=device, dtype=dtype)
             require_norm_stats(stats, _meta.folder, _meta.layout, _meta.norm_info, _meta.asset_id)
             from .tokenizer import load_tokenizer
-            tok = load_tokenizer(path_or_preset)
+            tok = load_tokenizer(path_or_preset, vocab_size=model.cfg.vocab_size)
         else:
             cfg = get_preset(str(path_or_preset))
             if config_overrides:

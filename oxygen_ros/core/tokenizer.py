@@ -25,6 +25,8 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoTokenizer, GemmaTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from .untrusted import CheckpointError, inside, read_json, short
+
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>")  # ids 0..3, as in Gemma
 BYTE_TOKENS: tuple[str, ...] = tuple(f"<0x{b:02X}>" for b in range(256))
 SPIECE_UNDERLINE = "\u2581"  # "▁"
@@ -210,37 +212,71 @@ def save_tokenizer(tok: PreTrainedTokenizerBase, folder: str | os.PathLike) -> l
 
 
 _SPM_NAMES = ("tokenizer.model", "paligemma_tokenizer.model", "spm.model")
+#: Largest tokenizer file read (PaliGemma's ``tokenizer.json`` is ~17 MiB, its SentencePiece model ~4 MiB).
+TOKENIZER_MAX_BYTES = 64 * 2**20
+_CONFIG_JSONS = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
 
-def load_tokenizer(folder: str | os.PathLike) -> PreTrainedTokenizerBase:
-    """Load the tokenizer stored in a checkpoint folder (offline; never touches the hub).
+def _load(root: Path, path: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``path`` (``tokenizer.json`` or a SentencePiece model) in ``root``."""
+    if path.name == "tokenizer.json":
+        if (root / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(str(root), local_files_only=True, trust_remote_code=False)
+        vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+        named = {f"{k}_token": t for k, t in zip(("pad", "eos", "bos", "unk"), SPECIAL_TOKENS) if t in vocab}
+        return PreTrainedTokenizerFast(tokenizer_file=str(path), clean_up_tokenization_spaces=False, **named)
+    if path.name == "tokenizer.model":
+        return GemmaTokenizer.from_pretrained(str(root), local_files_only=True)
+    with tempfile.TemporaryDirectory() as tmp:  # transformers looks for "tokenizer.model"
+        shutil.copyfile(path, Path(tmp) / "tokenizer.model")
+        return GemmaTokenizer.from_pretrained(tmp, local_files_only=True)
+
+
+def load_tokenizer(folder: str | os.PathLike, vocab_size: int | None = None) -> PreTrainedTokenizerBase:
+    """Load the tokenizer stored in a checkpoint folder (offline; never touches the hub, never runs
+    code from the folder).
 
     Looks, in order, for ``tokenizer.json`` (loaded with ``AutoTokenizer`` when a
     ``tokenizer_config.json`` is present, else as a plain ``PreTrainedTokenizerFast``), then for a
     SentencePiece model (``tokenizer.model``, ``paligemma_tokenizer.model`` as openpi names it,
     ``spm.model``), converted by transformers' ``GemmaTokenizer`` (needs ``sentencepiece``).
 
+    Args:
+        folder: the checkpoint folder.
+        vocab_size: the model's vocabulary size; when given, a tokenizer with more ids (which the
+            model could not embed) is refused.
+
     Raises:
         FileNotFoundError: none of those files exists (the message lists what was looked for).
+        CheckpointError: naming the file: larger than ``TOKENIZER_MAX_BYTES``, a malformed
+            ``tokenizer_config.json`` / ``special_tokens_map.json`` / ``added_tokens.json`` (one
+            naming a ``*_file`` outside the folder), a tokenizer file that does not load (whatever
+            the parser raised), no BOS token, or more ids than ``vocab_size``.
     """
     root = Path(folder)
-    tj = root / "tokenizer.json"
-    if tj.is_file():
-        if (root / "tokenizer_config.json").is_file():
-            return AutoTokenizer.from_pretrained(str(root), local_files_only=True)
-        vocab = Tokenizer.from_file(str(tj)).get_vocab(with_added_tokens=True)
-        named = {f"{k}_token": t for k, t in zip(("pad", "eos", "bos", "unk"), SPECIAL_TOKENS) if t in vocab}
-        return PreTrainedTokenizerFast(tokenizer_file=str(tj), clean_up_tokenization_spaces=False, **named)
-    for name in _SPM_NAMES:
-        spm = root / name
-        if spm.is_file():
-            if name == "tokenizer.model":
-                return GemmaTokenizer.from_pretrained(str(root), local_files_only=True)
-            with tempfile.TemporaryDirectory() as tmp:  # transformers looks for "tokenizer.model"
-                shutil.copyfile(spm, Path(tmp) / "tokenizer.model")
-                return GemmaTokenizer.from_pretrained(tmp, local_files_only=True)
-    looked = ", ".join(str(root / n) for n in ("tokenizer.json", *_SPM_NAMES))
-    raise FileNotFoundError(f"no tokenizer found in {root}: looked for {looked}")
+    names = ("tokenizer.json", *_SPM_NAMES)
+    path = next((root / n for n in names if (root / n).is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"no tokenizer found in {root}: looked for {', '.join(str(root / n) for n in names)}")
+    if path.stat().st_size > TOKENIZER_MAX_BYTES:
+        raise CheckpointError(f"{path}: larger than the {TOKENIZER_MAX_BYTES // 2**20} MiB a tokenizer file may have")
+    if path.name == "tokenizer.json":
+        for name in _CONFIG_JSONS:
+            if (root / name).is_file():
+                for key, value in read_json(root / name).items():  # transformers opens *_file entries
+                    if key.endswith("_file") and value is not None:
+                        inside(root, value, f"{root / name}: {key}")
+    try:
+        tok = _load(root, path)
+    except Exception as e:  # whatever transformers / tokenizers / sentencepiece raise on a bad file
+        raise CheckpointError(f"{path}: not a usable tokenizer ({type(e).__name__}: {short(str(e), 200)})") from e
+    if tok.bos_token_id is None:
+        raise CheckpointError(f"{path}: the tokenizer has no BOS token (π0.5 prompts start with <bos>)")
+    if vocab_size is not None and len(tok) > vocab_size:
+        raise CheckpointError(f"{path}: the tokenizer has {len(tok)} ids but the model embeds only {vocab_size} "
+                              "(vocab_size): not this model's tokenizer")
+    return tok
 
 
-__all__ = ["SPECIAL_TOKENS", "BYTE_TOKENS", "build_tokenizer", "save_tokenizer", "load_tokenizer", "corpus"]
+__all__ = ["SPECIAL_TOKENS", "BYTE_TOKENS", "TOKENIZER_MAX_BYTES", "build_tokenizer", "save_tokenizer", "load_tokenizer",
+           "corpus"]

@@ -14,13 +14,14 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from oxygen_ros.core.types import FrameMetrics
 
-__all__ = ['ERROR', 'OK', 'STALE', 'WARN', 'FrameStats', 'ProblemLog', 'build_status']
+__all__ = ['ERROR', 'OK', 'STALE', 'WARN', 'FrameStats', 'ProblemLog', 'build_status', 'log_at']
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3  # DiagnosticStatus levels as ints (the message field is a byte)
 
@@ -159,6 +160,23 @@ class ProblemLog:
         """Forget everything."""
         with self._lock:
             self._items.clear()
+
+
+def log_at(logger: Any, level: int, message: str) -> None:
+    """Log ``message`` on an rclpy logger at a problem ``level`` (``OK`` info, ``WARN``, ``ERROR``).
+
+    rclpy binds one severity (and one set of filters) to each call site of a logger: logging from
+    the same line at a second severity raises ``ValueError('Logger severity cannot be changed
+    between calls.')``. Code that logs at a level chosen at run time must therefore use one call
+    site per severity — this function's three. (A report that chose between ``logger.error`` and
+    ``logger.warning`` on one line killed the inference thread at its first contained fault.)
+    """
+    if level >= ERROR:
+        logger.error(message)
+    elif level >= WARN:
+        logger.warning(message)
+    else:
+        logger.info(message)
 
 
 def _fmt(value: object) -> str:

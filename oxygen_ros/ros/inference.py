@@ -31,6 +31,8 @@ from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
 __all__ = ['InferenceWorker']
 
 _IDLE_WAIT_S = 0.05
+_RESTART_WAIT_S = (0.1, 5.0)  # first and longest wait before the frame loop restarts after a fault
+_RESTART_CALM_S = 30.0  # a fault this long after the previous one waits the first time again
 
 
 class InferenceWorker:
@@ -67,6 +69,13 @@ class InferenceWorker:
         self.repeated_observations = 0
         self._last_stamp: float | None = None
         self.observed = False  # an observation went to the engine since start() (activation)
+        self.started_at = time.monotonic()  # start() (activation), monotonic seconds
+        self.last_observation_at: float | None = None  # newest observation handed to the engine
+        self.last_chunk_at: float | None = None  # newest chunk published
+        self.frame_started_at: float | None = None  # the running engine step's start, else None
+        self.restarts = 0  # supervised restarts of the frame loop (see _run)
+        self.last_restart_error = ''
+        self._last_restart = float('-inf')
         #: seconds since the newest camera image when every camera has stopped (the node's input
         #: liveness, by arrival time), else None: an ask then gets the waiting notice again
         self.camera_silence: Callable[[], float | None] = lambda: None
@@ -82,6 +91,7 @@ class InferenceWorker:
             return
         self._stop.clear()
         self.observed = False
+        self.started_at, self.last_observation_at, self.last_chunk_at = time.monotonic(), None, None
         self._thread = threading.Thread(target=self._run, name='oxygen-inference', daemon=True)
         self._thread.start()
 
@@ -116,12 +126,16 @@ class InferenceWorker:
 
     def ask(self, task: str, text: str) -> int:
         """Submit a language ask (any thread) and reserve its utterance on the task's text topics,
-        so asks are answered in the order they arrive. Returns the request id.
+        so asks are answered in the order they arrive. Its prompt is built here, in the calling
+        thread, with the instruction in force now — never on the inference thread, and before the
+        text streams' lock is taken (the inference thread never waits for a tokenization). Returns
+        the request id.
 
         Raises:
             KeyError: unknown task; ValueError: a bad ask (from ``Engine.submit_request``).
         """
-        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text),
+        prompt = self._engine.prompt(task, text, self._asm.instruction)  # before any lock is taken
+        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text, prompt=prompt),
                                       lambda rid: self._waiting(task, rid))
 
     def _waiting(self, task: str, rid: int) -> None:
@@ -143,13 +157,51 @@ class InferenceWorker:
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
+        """The thread: the frame loop under a supervisor. ``Engine.step`` contains every engine
+        fault itself, so an exception here is a fault of this node's own glue (publishing, the
+        text streams, statistics): the supervisor reports it (ERROR on /diagnostics, traceback
+        logged), ends every request in flight with a notice saying why, forgets the last chunk,
+        waits (0.1 s, doubling to 5 s while faults repeat) and runs the loop again. The thread only
+        ends when :meth:`stop` is called."""
+        wait = _RESTART_WAIT_S[0]
         while not self._stop.is_set():
             try:
-                self._once()
-            except Exception as exc:  # a bug must not kill the node: report, back off, go on
-                self._report('inference_error', f'{type(exc).__name__}: {exc}', ERROR)
-                self._log.error(f'inference frame failed:\n{traceback.format_exc()}')
-                self._stop.wait(0.5)
+                while not self._stop.is_set():
+                    self._once()
+            except Exception as exc:  # noqa: BLE001 — supervised: reported, requests ended, restarted
+                wait = self._restart_after(exc, wait)
+                self._stop.wait(wait)
+
+    def _restart_after(self, exc: Exception, wait: float) -> float:
+        """Recover from a frame-loop exception (see :meth:`_run`); returns the wait before restarting."""
+        now = time.monotonic()
+        first, longest = _RESTART_WAIT_S
+        wait = first if now - self._last_restart > _RESTART_CALM_S else min(2.0 * wait, longest)
+        self._last_restart = now
+        self.frame_started_at = None
+        self.restarts += 1
+        error = f'{type(exc).__name__}: {exc}'
+        self.last_restart_error = error
+        trace = traceback.format_exc()
+        try:
+            self._report('inference_restarted', f'inference loop failed ({error}); restarting in {wait:.1f} s, '
+                         'requests in flight ended', ERROR)
+            self._log.error(f'inference loop failed; every request in flight ends, the loop restarts in '
+                            f'{wait:.1f} s:\n{trace}')
+        except Exception:  # noqa: BLE001 — the node's logger failed too: stderr is the last resort
+            traceback.print_exc()
+        try:
+            ended = self._end_all(f'inference restarted after an error: {error}')
+            self._engine.reset_chunks('inference restarted')
+        except Exception:  # noqa: BLE001 — the engine itself is broken: still answer every ask
+            ended = self.abandon(f'inference failed: {error}')
+            traceback.print_exc()
+        if ended:
+            try:
+                self._log.warning(f'{ended} language requests ended by the restart')
+            except Exception:  # noqa: BLE001 — as above
+                traceback.print_exc()
+        return wait
 
     def _once(self) -> None:
         got = self._asm.wait_new(_IDLE_WAIT_S)
@@ -169,12 +221,20 @@ class InferenceWorker:
             return  # no request in flight (the concurrent schedule: nor outputs still to hand out)
         if obs is not None:
             self._last_stamp = obs.stamp
-        if obs is not None:
-            self._engine.submit_observation(self._frames.observation(obs))
-            self.observed = True
-            if self._out.model_input:
-                self._out.publish_model_input(obs.images, obs.stamp)
+            try:
+                model_obs = self._frames.observation(obs)
+            except ValueError as exc:  # a state the action space cannot take: this frame only
+                self._report('bad_observation', f'{exc}; observation dropped', WARN)
+                model_obs = None
+            if model_obs is not None:
+                self._engine.submit_observation(model_obs)
+                self.observed = True
+                self.last_observation_at = time.monotonic()
+                if self._out.model_input:
+                    self._out.publish_model_input(obs.images, obs.stamp)
+        self.frame_started_at = time.monotonic()
         result = self._engine.step(on_action=self._on_action)
+        self.frame_started_at = None
         self._handle(result)
 
     def _on_action(self, chunk: ActionChunk) -> None:
@@ -185,7 +245,25 @@ class InferenceWorker:
         except ValueError as exc:
             self._report('action_refused', f'action chunk of frame {chunk.frame_id} not published: {exc}', ERROR)
             return
-        self._out.publish_chunk(chunk, cmd)
+        if self._out.publish_chunk(chunk, cmd):
+            self.last_chunk_at = time.monotonic()
+
+    def stalled(self, now: float, timeout_s: float) -> str | None:
+        """Why the action path has published nothing for more than ``timeout_s`` seconds (monotonic
+        ``now``), or ``None`` while it publishes (or has nothing to publish: no observation since
+        activation). The node's health is derived from this — from chunks actually published, not
+        from the absence of errors (``/diagnostics`` ERROR)."""
+        if not self.alive:
+            return 'the inference thread is not running' if self._thread is not None else None
+        if not self.observed:
+            return None
+        since = now - (self.last_chunk_at if self.last_chunk_at is not None else self.started_at)
+        if since <= timeout_s:
+            return None
+        started = self.frame_started_at
+        if started is not None and now - started > timeout_s:
+            return f'no action chunk for {since:.1f} s: one inference frame has run for {now - started:.1f} s'
+        return f'no action chunk published for {since:.1f} s (chunk_timeout_s {timeout_s:.1f})'
 
     def _handle(self, result: FrameResult) -> None:
         self._stats.record(time.monotonic(), result.metrics, result.action is not None)
@@ -213,8 +291,15 @@ class InferenceWorker:
     def end_requests(self, reason: str) -> int:
         """After :meth:`stop` (thread ended, publishers still active): publish the text of the
         last frame, then cancel every request still in flight with ``reason`` and end its utterance
-        with that reason, so no ask is left unanswered by a deactivation. Returns how many ended."""
+        with that reason, so no ask is left unanswered by a deactivation or a shutdown. Returns how
+        many ended."""
         assert not self.alive, 'end_requests() while the inference thread runs'
+        return self._end_all(reason)
+
+    def _end_all(self, reason: str) -> int:
+        """Publish the text held back while stopping, then cancel every request in flight with
+        ``reason`` (the concurrent schedule's granted decode steps run first) and publish the end of
+        each utterance. Runs in the thread that steps the engine (or after it ended)."""
         flushed = self._engine.flush()  # the concurrent schedule's granted decode steps
         ended = flushed.ended + self._engine.cancel_all(reason)
         for r in ended:
@@ -227,6 +312,16 @@ class InferenceWorker:
                 self._out.publish_text(task, emits)
         self._snapshot()
         return len(ended)
+
+    def abandon(self, reason: str, outcome: str = 'failed') -> int:
+        """End every open utterance on the text topics with ``[request N <outcome>: <reason>]``
+        without the engine: the last resort when the engine cannot end its requests (a broken
+        engine), or when the node must exit while a frame still runs (shutdown). Returns how many
+        utterances were ended."""
+        by_task = self.utterances.abandon(reason, outcome)
+        for task, emits in by_task.items():
+            self._out.publish_text(task, emits)
+        return sum(1 for emits in by_task.values() for e in emits if e.kind == 'text')
 
     def _snapshot(self) -> None:
         snap: dict[str, int] = {'running_requests': self._engine.running,

@@ -8,7 +8,12 @@ built), picked by name and buffered; asks go to ``submit_ask`` (the inference wo
 :meth:`~oxygen_ros.ros.inference.InferenceWorker.ask`: queued in the engine, utterance reserved). Every joint state is counted
 by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
 Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
-once per kind), never raised.
+once per kind), never raised. Work is bounded before it is done: an image's size is read from the
+message or its PNG/JPEG header and checked against ``max_image_pixels`` before it is stored (it is
+decoded later, on the inference thread, only if a frame uses it); an instruction longer than
+``max_instruction_chars`` is refused here; an ask's length is checked by the engine's submit
+(``engine.max_request_chars``) before any formatting or tokenization, and an ask taken while the
+node is not active is answered at once with a notice on its task's text topic.
 
 Input liveness (:class:`~oxygen_ros.ros.streams.liveness.InputWatch`): while active, every camera and
 joint-state message stores its arrival time (monotonic); a small timer (period
@@ -30,10 +35,12 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from oxygen_ros.ros.convert import (
+    ImageConversionError,
     JointStateDecoder,
     JointStateError,
     StampBook,
     compressed_to_rgb,
+    image_size,
     image_to_rgb,
 )
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
@@ -68,6 +75,8 @@ class InputHandler:
         assembler: receives images, joint states and the instruction.
         submit_ask: ``(task, text) -> request id`` for a language ask (raises ``KeyError`` /
             ``ValueError`` for a bad one).
+        ignore_ask: ``(task, text, reason)`` answers an ask the node does not take (while inactive)
+            with a notice on the task's text topic.
         problems: where bad input is counted.
         now: monotonic seconds (for the problem log).
         on_time_jump: called (from a callback thread) when input time jumps backwards.
@@ -76,8 +85,10 @@ class InputHandler:
     def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler,
                  submit_ask: Callable[[str, str], int],
                  problems: ProblemLog, now: Callable[[], float],
-                 on_time_jump: Callable[[], None]) -> None:
+                 on_time_jump: Callable[[], None],
+                 ignore_ask: Callable[[str, str, str], None] = lambda task, text, reason: None) -> None:
         self._node, self._cfg, self._asm, self._submit_ask = node, cfg, assembler, submit_ask
+        self._ignore_ask = ignore_ask
         self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
         self.active = False
         self.asks = 0
@@ -85,6 +96,8 @@ class InputHandler:
             ('received', 'accepted', 'bad', 'out_of_order', 'inactive'), 0)
         self._joints = JointStateDecoder(cfg.state_joint_names or cfg.joint_names)
         self.ignored_inactive = 0
+        self.dropped_images = 0  # refused before decoding: not PNG/JPEG, malformed header, too large
+        self.refused_instructions = 0
         self.zero_stamps = 0
         self.stamps = StampBook()
         self._subs: list[Any] = []
@@ -170,6 +183,10 @@ class InputHandler:
                 log.warning(f'{where} has sent nothing since activation ({c.seconds:.1f} s); {tail}')
 
     # ------------------------------------------------------------------ helpers
+    def _node_state(self) -> str:
+        state = getattr(self._node, 'lifecycle_state', '')
+        return state if state and state != 'active' else 'not active'
+
     def _report(self, kind: str, message: str, level: int = WARN) -> None:
         if self._problems.report(kind, message, self._now(), level):
             self._node.get_logger().warning(f'{kind}: {message} (further ones are only counted)')
@@ -200,6 +217,17 @@ class InputHandler:
             self.ignored_inactive += 1
             return
         self._arrived[name] = self._now()
+        try:  # the size from the message or the PNG/JPEG header: nothing is decoded here
+            width, height = image_size(msg)
+        except ImageConversionError as exc:
+            self.dropped_images += 1
+            self._report('bad_image', f'camera {slot}: {exc}; image dropped')
+            return
+        if width * height > self._cfg.max_image_pixels:
+            self.dropped_images += 1
+            self._report('image_too_large', f'camera {slot}: {width}x{height} = {width * height} pixels is more '
+                         f'than max_image_pixels = {self._cfg.max_image_pixels}; image dropped undecoded')
+            return
         stamp = self._stamp(msg, f'camera {slot}')
         self._verdict(self._asm.add_image(slot, stamp, msg), f'camera {slot}', stamp)
 
@@ -223,12 +251,19 @@ class InputHandler:
         self._verdict(verdict, 'joint state', stamp)
 
     def _on_instruction(self, msg: String) -> None:
+        if len(msg.data) > self._cfg.max_instruction_chars:
+            self.refused_instructions += 1
+            self._report('instruction_too_long', f'instruction of {len(msg.data)} characters refused (more than '
+                         f'max_instruction_chars = {self._cfg.max_instruction_chars}); the previous one stays')
+            return
         self._asm.set_instruction(msg.data)
 
     def _on_ask(self, task: str, msg: String) -> None:
         if not self.active:
             self.ignored_inactive += 1
-            self._report('ask_ignored', f'{task} ask ignored: node not active')
+            self._report('ask_ignored', f'{task} ask ignored: node not active (answered with a notice)')
+            self._ignore_ask(task, msg.data, f'the node is {self._node_state()}; asks are answered only '
+                             'while it is active')
             return
         try:
             self._submit_ask(task, msg.data)

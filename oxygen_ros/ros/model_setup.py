@@ -6,15 +6,18 @@ would run: the same policy checks and the same observation-assembler settings.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oxygen_ros.core.action_space import ActionSpace, check_against_checkpoint, checkpoint_convention
+from oxygen_ros.core.model.ckpt_files import action_convention_files
 
 from oxygen_ros.ros.observation import AssemblerConfig
+from oxygen_ros.ros.params.model_access import confine_model
 
 if TYPE_CHECKING:
+    import torch
+
     from oxygen_ros.core.policy import Pi05Policy
     from oxygen_ros.ros.params.node_config import NodeConfig
 
@@ -25,8 +28,10 @@ def load_policy(cfg: "NodeConfig", model: str | None = None) -> "Pi05Policy":
     Raises:
         ValueError: a configured camera has no model image slot, the joint count differs from
             the checkpoint's state/action dimension, or the action space contradicts the
-            checkpoint (:func:`action_space`; the message names the parameter).
-        Exception: checkpoint loading errors (``CheckpointError``, ``ConfigError``, ``OSError``).
+            checkpoint (:func:`action_space`; the message names the parameter), or the checkpoint
+            lies outside ``model_folders`` (:func:`~oxygen_ros.ros.params.model_access.confine_model`).
+        Exception: checkpoint loading errors (``CheckpointError`` naming the file, ``ConfigError``,
+            ``OSError``); a ``device`` the machine does not have (:func:`resolve_device`).
     """
     import torch
 
@@ -36,7 +41,8 @@ def load_policy(cfg: "NodeConfig", model: str | None = None) -> "Pi05Policy":
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else None
-    policy = Pi05Policy.from_pretrained(model or cfg.model, device=cfg.device or None, dtype=dtype,
+    source = confine_model(model or cfg.model, cfg.model_folders)  # checked again right before loading
+    policy = Pi05Policy.from_pretrained(source, device=resolve_device(cfg.device), dtype=dtype,
                                         robot_dim=len(cfg.joint_names))
     check_policy(cfg, policy)
     return policy
@@ -48,24 +54,46 @@ def action_space(cfg: "NodeConfig", model: str | None = None) -> ActionSpace:
 
     Raises:
         ValueError: a listed joint not in ``joint_names``, or a kind/mask that contradicts the
-            checkpoint's config (the message names the parameter and the checkpoint's setting).
+            checkpoint's config (the message names the parameter and the checkpoint's setting), or
+            the checkpoint lies outside ``model_folders`` (checked before any file is read).
     """
     space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names or cfg.joint_names)
-    folder = Path(str(model or cfg.model)).expanduser()
+    folder = Path(confine_model(str(model or cfg.model), cfg.model_folders)).expanduser()
     if folder.is_dir():
-        raw = _json(folder / 'config.json')
-        steps = _json(folder / 'policy_preprocessor.json').get('steps', [])
-        check_against_checkpoint(space, checkpoint_convention(raw, steps if isinstance(steps, list) else []),
-                                 str(folder / 'config.json'))
+        raw, steps = action_convention_files(folder)  # CheckpointError naming a malformed file / field
+        check_against_checkpoint(space, checkpoint_convention(raw, steps), str(folder / 'config.json'))
     return space
 
 
-def _json(path: Path) -> dict:
+def resolve_device(device: str) -> "torch.device":
+    """The torch device the ``device`` parameter names (``''``: CUDA if available, else the CPU).
+
+    Raises:
+        ValueError: naming the ``device`` parameter and the devices this machine has: not a device
+            name, CUDA without CUDA (no GPU visible, or a CPU-only torch), ``cuda:N`` beyond the
+            device count, or a device type the node does not run on.
+    """
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
+    have = ['cpu'] + (['cuda'] + [f'cuda:{i}' for i in range(n)] if n else []) + (['mps'] if mps else [])
+    hint = f"; this machine has {have} (device:='' picks CUDA when present, else the CPU)"
+    if not device:
+        return torch.device('cuda' if n else 'cpu')
     try:
-        data = json.loads(path.read_text(encoding='utf-8')) if path.is_file() else {}
-    except (OSError, ValueError):
-        return {}  # the loader reports unreadable checkpoint files
-    return data if isinstance(data, dict) else {}
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f'parameter device={device!r} is not a torch device name' + hint) from None
+    if dev.type == 'cuda' and not n:
+        why = 'this torch is built without CUDA' if torch.version.cuda is None else 'no CUDA device is visible'
+        raise ValueError(f'parameter device={device!r}: {why}' + hint)
+    if dev.type == 'cuda' and dev.index is not None and dev.index >= n:
+        names = ', '.join(f'cuda:{i} {torch.cuda.get_device_name(i)}' for i in range(n))
+        raise ValueError(f'parameter device={device!r}: there are {n} CUDA device(s) ({names})' + hint)
+    if dev.type not in ('cpu', 'cuda', 'mps') or (dev.type == 'mps' and not mps) or (dev.type == 'cpu' and dev.index):
+        raise ValueError(f'parameter device={device!r}: not a device the node runs on' + hint)
+    return dev
 
 
 def check_policy(cfg: "NodeConfig", policy: "Pi05Policy") -> None:

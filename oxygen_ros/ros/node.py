@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
+import threading
 import time
+from typing import NoReturn
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
@@ -30,9 +33,10 @@ from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
 
 from oxygen_ros.ros.distro import events_executor
-from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog
+from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog, log_at
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.node_status import inference_status
@@ -42,6 +46,7 @@ from oxygen_ros.ros.model_setup import action_space, assembler_config, load_poli
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.params.specs import ParamError
+from oxygen_ros.ros.streams.text import Emit, ignored_notice
 
 __all__ = ['OxygenNode', 'main', 'make_executor']
 
@@ -77,8 +82,7 @@ class OxygenNode(LifecycleNode):
     def report(self, kind: str, message: str, level: int = WARN) -> None:
         """Count a problem for /diagnostics; log it the first time its kind occurs."""
         if self.problems.report(kind, message, time.monotonic(), level):
-            log = self.get_logger().error if level >= ERROR else self.get_logger().warning
-            log(f'{kind}: {message}')
+            log_at(self.get_logger(), level, f'{kind}: {message}')
 
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """A parameter change (``ros2 param set``, ``oxygen params set``): in *unconfigured* every
@@ -111,6 +115,12 @@ class OxygenNode(LifecycleNode):
         """Publish ``/diagnostics`` every ``period_s`` seconds from now on."""
         self._diag_timer.timer_period_ns = int(period_s * 1e9)
         self._diag_timer.reset()
+
+    def _ignore_ask(self, task: str, text: str, reason: str) -> None:
+        """Answer an ask the node does not take (not active) on the task's text topic."""
+        outputs = self.outputs
+        if outputs is not None and task in outputs.texts:
+            outputs.publish_text(task, [Emit('text', ignored_notice(text, reason), 0)])
 
     def _on_time_jump(self) -> None:
         if self.outputs is not None:
@@ -166,7 +176,7 @@ class OxygenNode(LifecycleNode):
                                       text_header=cfg.text_header)
         self.worker.camera_silence = self._camera_silence
         self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
-                                    time.monotonic, self._on_time_jump)
+                                    time.monotonic, self._on_time_jump, self._ignore_ask)
         self.outputs.stamp_of = self.inputs.stamps.exact
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -209,27 +219,42 @@ class OxygenNode(LifecycleNode):
         self.teardown()
         return SUCCESS
 
-    def _stop_activity(self) -> None:
+    def shut_down(self, reason: str = 'node shutting down', wait_s: float = 1.5) -> int:
+        """Before the process exits (SIGINT / SIGTERM, :func:`main`): stop taking input, stop the
+        inference thread (waiting up to ``wait_s`` seconds for its frame) and end every language
+        request in flight with ``[request N cancelled: <reason>]`` on its text topics, while the
+        publishers still exist. A frame still running after ``wait_s`` is left to end with the
+        process; its requests' utterances are ended without the engine. Returns how many ended."""
+        if self.inputs is not None:
+            self.inputs.active = False
+        worker = self.worker
+        if worker is None or self.outputs is None:
+            return 0
+        if worker.stop(wait_s):
+            return worker.end_requests(reason)
+        return worker.abandon(reason, 'cancelled')
+
+    def _stop_activity(self, wait_s: float = 30.0) -> None:
         if self.inputs is not None:
             self.inputs.active = False
         if self._command_timer is not None:
             self.destroy_timer(self._command_timer)
             self._command_timer = None
-        if self.worker is not None and not self.worker.stop():
-            self.get_logger().error('inference thread did not stop within 30 s')
+        if self.worker is not None and not self.worker.stop(wait_s):
+            self.get_logger().error(f'inference thread did not stop within {wait_s:g} s')
         if self.assembler is not None:
             self.assembler.clear()
         if self.outputs is not None:
             self.outputs.command_stream.clear()
 
-    def _release(self) -> None:
-        self._stop_activity()
+    def _release(self, wait_s: float = 30.0) -> None:
+        self._stop_activity(wait_s)
         if self.inputs is not None:
             self.inputs.destroy()
         if self.outputs is not None:
             self.outputs.destroy()
-        if self.engine is not None:
-            self.engine.close()
+        if self.engine is not None and not (self.worker is not None and self.worker.alive):
+            self.engine.close()  # (a frame still running at exit keeps its engine until the process ends)
         device = getattr(getattr(self.policy, 'model', None), 'device', None)
         self.policy = self.engine = self.assembler = None
         self.inputs = self.outputs = self.worker = None
@@ -238,9 +263,10 @@ class OxygenNode(LifecycleNode):
             import torch
             torch.cuda.empty_cache()
 
-    def teardown(self) -> None:
-        """Stop the inference thread and free everything (idempotent; safe after rclpy shutdown)."""
-        self._release()
+    def teardown(self, wait_s: float = 30.0) -> None:
+        """Stop the inference thread (waiting up to ``wait_s`` seconds for its frame) and free
+        everything (idempotent; safe after rclpy shutdown)."""
+        self._release(wait_s)
         self.lifecycle_state = 'finalized'
 
     # ------------------------------------------------------------------ timers
@@ -283,9 +309,20 @@ def make_executor(context: Context | None = None) -> tuple[Executor, str]:
     return events(context=context), 'EventsExecutor'
 
 
-def main(args: list[str] | None = None) -> int:
-    """Console script ``oxygen_node``: run the node until SIGINT; returns the exit status (0)."""
-    rclpy.init(args=args)
+def main(args: list[str] | None = None) -> NoReturn:
+    """Console script ``oxygen_node``: run the node until SIGINT or SIGTERM, then exit the process
+    with status 0 (it does not return).
+
+    On a signal the node answers before it goes: every language request in flight ends with
+    ``[request N cancelled: node shutting down]`` on its text topics (:meth:`OxygenNode.shut_down`),
+    then the node is torn down and the process exits without the interpreter's slow finalization —
+    within about 2 s, also while a frame runs (``ros2 launch`` escalates to SIGTERM after 5 s). rclpy's own signal handlers are not installed
+    (they would shut the context down first, and nothing could be published any more).
+    """
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
     # The inference thread issues hundreds of short torch calls per frame, each needing the GIL;
     # with the default 5 ms switch interval a busy executor thread (a topic flood) makes it wait
     # up to 5 ms per call. A short interval keeps the action path responsive.
@@ -298,18 +335,28 @@ def main(args: list[str] | None = None) -> int:
     node.get_logger().info(f'executor: {kind}')
     try:
         if node.get_parameter('autostart').value is not False:
-            if node.trigger_configure() == SUCCESS:
+            if node.trigger_configure() == SUCCESS and not stop.is_set():
                 node.trigger_activate()
-        while rclpy.ok():  # EventsExecutor.spin() of rclpy 9.1.2 dispatches nothing; spin_once does
+        while rclpy.ok() and not stop.is_set():  # EventsExecutor.spin() of rclpy 9.1.2 dispatches nothing
             executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        node.teardown()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+        try:
+            ended = node.shut_down()
+            if ended:
+                node.get_logger().info(f'shutting down: {ended} language requests ended (cancelled)')
+        finally:
+            node.teardown(wait_s=0.5)
+            executor.shutdown(timeout_sec=0.5)
+            node.destroy_node()
+            rclpy.try_shutdown()
+    # Everything is said and released, the ROS context is shut down. What is left is the
+    # interpreter's own finalization — tearing down torch and its modules takes 1.5-3 s on a busy
+    # robot computer, and `ros2 launch` escalates to SIGTERM 5 s after its SIGINT: skip it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,10 @@
 """The ``<node>: inference`` DiagnosticStatus of the ``oxygen`` node.
 
-Level and message: ERROR when configure failed or inference raised recently; STALE when every
+Level and message: ERROR when configure failed, when inference raised recently (a contained engine
+fault, a supervised restart of the frame loop), or — health derived from what actually leaves the
+node — when observations arrive but no action chunk has been published for ``chunk_timeout_s``
+(automatic by default: the larger of 2 s, twice ``input_timeout_s`` and ten median frame times),
+or the inference thread is not running; STALE when every
 input (each camera, the joint states) has stopped; WARN while not active, while an input has sent
 nothing for more than ``input_timeout_s`` (``stale: joint_states 3.2 s, camera base_0_rgb 3.1 s``),
 while waiting for input, with masked (stale) cameras, or after recent dropped input;
@@ -23,7 +27,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.ros.diagnostics import ERROR, OK, STALE, WARN, FrameStats, ProblemLog, build_status
 
-__all__ = ['NodeView', 'compile_notes', 'inference_status']
+__all__ = ['NodeView', 'chunk_timeout', 'compile_notes', 'inference_status']
 
 
 class NodeView(Protocol):
@@ -69,8 +73,15 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     values.update(faults_total=faults.total, **{f'faults_{k}': v for k, v in sorted(faults.counts.items())})
     values.update(kv_pool_requests_in_flight=node.engine.pool_plan.sustained)
     values.update(node.assembler.counts())
+    if node.worker is not None:
+        last = node.worker.last_chunk_at
+        values.update(inference_restarts=node.worker.restarts,
+                      since_last_chunk_s=-1 if last is None else round(now - last, 3),
+                      chunk_timeout_s=chunk_timeout(cfg, values))
     if node.inputs is not None:
-        values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive)
+        values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive,
+                      images_dropped_undecoded=node.inputs.dropped_images,
+                      instructions_refused=node.inputs.refused_instructions)
         values.update({f'joint_states_{k}': v for k, v in node.inputs.joint_state_counts.items()})
         values.update({f'since_last_message_s {k}': -1 if v is None else v
                        for k, v in node.inputs.liveness(now).ages.items()})
@@ -78,6 +89,16 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
         values.update(node.outputs.subscribers())
     values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
     return values
+
+
+def chunk_timeout(cfg: Any, values: dict[str, object]) -> float:
+    """Seconds without a published chunk (while observations arrive) that make the node ERROR:
+    ``chunk_timeout_s``, or when 0 the larger of 2 s, ``2 x input_timeout_s`` and ten times the
+    window's median frame time (``frame_time_p50_ms``)."""
+    if cfg.chunk_timeout_s > 0:
+        return float(cfg.chunk_timeout_s)
+    p50 = float(values.get('frame_time_p50_ms', 0.0) or 0.0) * 1e-3  # type: ignore[arg-type]
+    return round(max(2.0, 2.0 * cfg.input_timeout_s, 10.0 * p50), 3)
 
 
 def compile_notes(values: dict[str, object]) -> list[str]:
@@ -91,6 +112,12 @@ def compile_notes(values: dict[str, object]) -> list[str]:
     return notes
 
 
+def _worse(a: int, b: int) -> int:
+    """The level to report of two: the larger (STALE, every input stopped, is not hidden by an
+    ERROR it explains)."""
+    return max(a, b)
+
+
 def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     """Build the status from the node's current state (``now``: monotonic seconds)."""
     name = f'{node.get_name()}: inference'
@@ -102,22 +129,28 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
         return build_status(name, hw, WARN, f'not active ({node.lifecycle_state})', values)
     level, parts = OK, []
     live = node.inputs.liveness(now)
+    worker = node.worker
+    dead = worker is not None and not worker.alive
+    stalled = None if worker is None else worker.stalled(now, float(values['chunk_timeout_s']))
+    if stalled and (dead or not live.all_stopped):  # inputs that stopped explain a silent action path
+        level = ERROR
+        parts.append(stalled)
     if live.stale:
-        level = STALE if live.all_stopped else WARN
+        level = _worse(level, STALE if live.all_stopped else WARN)
         parts.append('stale: ' + ', '.join(f'{n} {s:.1f} s' for n, s in live.stale))
         if live.all_stopped:
             parts.append('every input has stopped')
     waiting, notes = node.assembler.status()
     parts += ([waiting] if waiting else []) + list(notes)
     if parts:
-        level = max(level, WARN)
+        level = _worse(level, WARN)
     if not values.get('ready', True):
-        level, parts = max(level, WARN), parts + ['engine warming up (compiling shapes)']
+        level, parts = _worse(level, WARN), parts + ['engine warming up (compiling shapes)']
     compile_parts = compile_notes(values) + ([str(values['rtc_note'])] if 'rtc_note' in values else [])
     if compile_parts:
-        level, parts = max(level, WARN), parts + compile_parts
+        level, parts = _worse(level, WARN), parts + compile_parts
     for plevel, kind, message, count in node.problems.recent(now):
-        level = max(level, plevel)
+        level = _worse(level, plevel)
         parts.append(f'{kind} x{count}: {message}')
     if not parts:
         parts = [f'running: {values.get("chunk_hz", 0.0):.1f} chunks/s, '

@@ -171,6 +171,12 @@ class ObservationAssembler:
             self._t_ref = stamp if self._t_ref is None else max(self._t_ref, stamp)
         return verdict
 
+    @property
+    def instruction(self) -> str:
+        """The instruction the next observation carries."""
+        with self._lock:
+            return self._instruction
+
     def set_instruction(self, text: str) -> None:
         """Set the task instruction used by the following observations."""
         with self._lock:
@@ -238,9 +244,19 @@ class ObservationAssembler:
                 notes.append(f'camera {self._label(slot)}: no decodable image, slot masked')
             else:
                 age = (self._t_ref or cam.rgb_stamp) - cam.rgb_stamp
-                notes.append(f'camera {self._label(slot)}: stale ({age:.2f} s old > '
+                behind = 'behind the joint states' if self._states_ahead_locked() is not None else 'old'
+                notes.append(f'camera {self._label(slot)}: stale ({age:.2f} s {behind} > '
                              f'{self.cfg.camera_max_age_s:g} s), slot masked')
         return notes
+
+    def _states_ahead_locked(self) -> float | None:
+        """Seconds by which the newest joint state is stamped ahead of every camera's newest image,
+        when that alone makes the cameras stale (a clock problem), else None."""
+        cams = [c.newest for c in self._cams.values() if c.newest is not None]
+        if not cams or self._state_newest is None:
+            return None
+        ahead = self._state_newest - max(cams)
+        return ahead if ahead > self.cfg.camera_max_age_s else None
 
     def _live(self, stamp: float) -> bool:
         return self._t_ref is not None and self._t_ref - stamp <= self.cfg.camera_max_age_s
@@ -257,6 +273,11 @@ class ObservationAssembler:
             if all(c.received == 0 for c in self._cams.values()):
                 names = ', '.join(self._label(s) for s in self._cams)
                 return f'waiting for camera images on {names}', None
+            ahead = self._states_ahead_locked()
+            if ahead is not None:
+                return (f'waiting for camera images: the joint states are stamped {ahead:.1f} s ahead of the '
+                        'newest camera image, so every camera counts as stale (do the publishers stamp '
+                        'with the same clock?)'), None
             return 'waiting for camera images: every camera is stale or undecodable', None
         if not self._states:
             return 'waiting for joint states', None

@@ -1,9 +1,12 @@
 """Publications of the ``oxygen`` node: action chunks, per-step commands, text, model input.
 
-All publishers are lifecycle publishers (silent unless the node is active). ``publish_*`` methods
-are called from the inference thread (chunks, text, debug images) or the command timer; none of
-them raises for bad data — a chunk with the wrong shape or a non-finite value is refused and
-reported, so nothing non-finite ever reaches the wire.
+The action, command and debug-image publishers are lifecycle publishers (silent unless the node is
+active). The text topics (``<task>/delta``, ``<task>/text``) are plain publishers, so an ask is
+answered in every state in which the node listens: while inactive with a notice that it is
+ignored, and on deactivation or shutdown with the end of every utterance in flight. ``publish_*``
+methods are called from the inference thread (chunks, text, debug images), the command timer or
+an ask callback (notices); none of them raises for bad data — a chunk with the wrong shape or a
+non-finite value is refused and reported, so nothing non-finite ever reaches the wire.
 """
 
 from __future__ import annotations
@@ -54,9 +57,11 @@ class Outputs:
         self._command_field = 'velocity' if space.kind == 'velocity' else 'position'
         self._command_names: tuple[str, ...] = ()
         self.deltas, self.texts = {}, {}
+        self._text_pubs = []  # plain publishers (see the module doc)
         for task, topics in cfg.task_topics.items():
-            self.deltas[task] = self._pub(String, topics.delta, cfg.text_qos)
-            self.texts[task] = self._pub(String, topics.text, cfg.text_qos)
+            for book, topic in ((self.deltas, topics.delta), (self.texts, topics.text)):
+                book[task] = node.create_publisher(String, topic, qos_from_name(cfg.text_qos))
+                self._text_pubs.append(book[task])
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
         self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
         self.command = None
@@ -80,13 +85,16 @@ class Outputs:
     def subscribers(self) -> dict[str, int]:
         """``subscribers <topic>`` -> subscriptions matched by that output's publisher (writer
         side: what a reliable message published now reaches), for ``/diagnostics``."""
-        return {f'subscribers {p.topic_name}': p.get_subscription_count() for p in self._pubs}
+        return {f'subscribers {p.topic_name}': p.get_subscription_count() for p in self._pubs + self._text_pubs}
 
     def destroy(self) -> None:
         """Destroy every publisher."""
         for pub in self._pubs:
             self._node.destroy_lifecycle_publisher(pub)
+        for pub in self._text_pubs:
+            self._node.destroy_publisher(pub)
         self._pubs.clear()
+        self._text_pubs.clear()
 
     # ------------------------------------------------------------------ inference thread
     def publish_chunk(self, chunk: ActionChunk, cmd: RobotCommand) -> bool:

@@ -7,6 +7,11 @@
   subscriber must never receive a stale chunk.
 - ``text``: reliable, keep last 100, volatile. Streamed text deltas, which only concatenate to the
   whole utterance when none is lost, so the history absorbs a reader that lags briefly.
+- ``reliable_keep_all``: reliable, keep all, volatile. Asks: every ask that reaches the node's
+  reader is kept until the node takes it, so a burst is answered, queued or rejected with a notice
+  — never silently overwritten in the reader. (A *publisher* with keep-last depth d can still
+  replace its own unacknowledged samples when it sends more than d at once: publish asks reliable
+  with a depth that covers a burst, or keep all.)
 - ``system_default``: the RMW's defaults (rclpy's ``qos_profile_system_default``).
 
 Every accessor returns a new ``QoSProfile``, so callers may modify what they get.
@@ -24,6 +29,7 @@ from rclpy.qos import (
 
 __all__ = [
     'QOS_NAMES',
+    'reliable_keep_all_qos',
     'reliable_qos',
     'qos_from_name',
     'sensor_data_qos',
@@ -62,6 +68,12 @@ def text_qos(depth: int = TEXT_DEPTH) -> QoSProfile:
     return _keep_last(ReliabilityPolicy.RELIABLE, depth)
 
 
+def reliable_keep_all_qos() -> QoSProfile:
+    """Reliable, keep all, volatile: asks (see the module doc)."""
+    return QoSProfile(history=HistoryPolicy.KEEP_ALL, depth=0, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
 def system_default_qos() -> QoSProfile:
     """Return the RMW's default QoS (a copy of rclpy's ``qos_profile_system_default``)."""
     p = qos_profile_system_default
@@ -77,6 +89,7 @@ _BY_NAME = {
     'sensor_data': sensor_data_qos,
     'reliable': reliable_qos,
     'text': text_qos,
+    'reliable_keep_all': reliable_keep_all_qos,
     'system_default': system_default_qos,
 }
 QOS_NAMES: tuple[str, ...] = tuple(_BY_NAME)
@@ -98,6 +111,6 @@ def qos_from_name(name: str, depth: int | None = None) -> QoSProfile:
         raise ValueError(f'unknown QoS profile name {name!r}; valid names: {", ".join(QOS_NAMES)}')
     if depth is None:
         return _BY_NAME[key]()
-    if key == 'system_default':
-        raise ValueError("a QoS depth cannot be combined with 'system_default'")
+    if key in ('system_default', 'reliable_keep_all'):
+        raise ValueError(f"a QoS depth cannot be combined with {key!r}")
     return _BY_NAME[key](depth)

@@ -14,6 +14,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.convert import stamp_to_sec
+from oxygen_ros.ros.diagnostics import WARN, log_at
 from oxygen_ros.sim.executor import ChunkExecutor, Verdict
 from oxygen_ros.sim.scene import JOINT_NAMES
 
@@ -29,12 +30,13 @@ class CommandInputs:
         self.now = now
         self._warned: set[str] = set()
 
-    def warn_once(self, kind: str, message: str, level: str = 'warning') -> None:
-        """Log ``message`` the first time ``kind`` happens (then the executor only counts it)."""
+    def warn_once(self, kind: str, message: str, level: int = WARN) -> None:
+        """Log ``message`` the first time ``kind`` happens (then the executor only counts it);
+        ``level`` is a problem level (``WARN``, ``ERROR``), logged from one call site per severity."""
         if kind in self._warned:
             return
         self._warned.add(kind)
-        getattr(self.logger, level)(f'{kind}: {message} (further ones are only counted)')
+        log_at(self.logger, level, f'{kind}: {message} (further ones are only counted)')
 
     def _verdict(self, verdict: Verdict, what: str, stamp: float) -> None:
         if verdict is Verdict.ACCEPTED or verdict is Verdict.WRONG_SOURCE:

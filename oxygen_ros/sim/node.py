@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -55,6 +56,7 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -315,8 +317,14 @@ class AlohaSimNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    """Console script ``aloha_sim``: run until SIGINT; returns the exit status (see module doc)."""
-    rclpy.init(args=args)
+    """Console script ``aloha_sim``: run until SIGINT or SIGTERM; returns the exit status (see
+    module doc). Its own signal handlers end the spin loop, then the node is torn down and the
+    context shut down, in that order (rclpy's handlers would shut the context down under a spinning
+    executor: a take from a destroyed subscription raised at exit)."""
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
     try:
         node = AlohaSimNode()
     except ParamError as exc:
@@ -334,7 +342,8 @@ def main(args: list[str] | None = None) -> int:
     executor.add_node(node)
     node.start()
     try:
-        executor.spin()
+        while rclpy.ok() and not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -30,9 +30,9 @@ def _steps_files(folder: Path, pipeline: str, registry: str) -> list[Path]:
     if not path.is_file():
         return []
     out = []
-    for step in cf.read_json(path).get("steps", []):
+    for i, step in enumerate(cf.pipeline_steps(path)):  # CheckpointError naming a malformed file
         if step.get("registry_name") == registry and "state_file" in step:
-            out.append(folder / step["state_file"])
+            out.append(cf.inside(folder, step["state_file"], f"{path} steps[{i}].state_file"))  # never outside
     return out
 
 

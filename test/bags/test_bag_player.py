@@ -18,7 +18,7 @@ from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CompressedImage, JointState
 
-from bag_edit import SAMPLE_BAG, start_ns
+from bag_edit import SAMPLE_BAG, edit_bag, start_ns
 from ros_helpers import REPO, RosPeer, node_process, ros_env
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.ros.qos import reliable_qos
@@ -232,3 +232,32 @@ def test_a_node_that_failed_to_configure_gives_an_empty_recording_exit_4(tmp_pat
             assert node.poll() is None, log.read_text()
     assert play.returncode == 4, play.stdout + play.stderr
     assert '/action_chunk: no message (never in the graph)' in play.stderr, play.stderr
+
+
+def test_nothing_to_play_exits_2_with_one_line_saying_why(tmp_path, capsys):
+    """A bag without messages, none on the --topics, or none after --start-offset: exit status 2 and
+    one line on stderr (before: 'played 0 messages' and exit status 0)."""
+    empty = edit_bag(SAMPLE_BAG, tmp_path / 'empty', lambda t, s, r: [])
+    states = edit_bag(SAMPLE_BAG, tmp_path / 'states', lambda t, s, r: [(t, s, r)] if t == '/joint_states' else [])
+    cases = [([str(empty)], f'bag_player: error: nothing to play: {empty} has no message at all (its topics /ask, '),
+             ([str(states), '--topics', '/instruction', '/ask'],
+              f"bag_player: error: nothing to play: {states} has no message on ['/ask', '/instruction']; "
+              'messages are on /joint_states (500)'),
+             ([str(states), '--topics', '/joint_states', '--start-offset', '12'],
+              "bag_player: error: nothing played: no message of ['/joint_states'] between --start-offset 12 s "
+              'and the end (the bag spans 9.980 s)'),
+             ([str(states), '--topics', '/joint_states', '--rate', '50', '--duration', '0.5'], None)]
+    with domain_id() as dom:
+        procs = [subprocess.Popen([sys.executable, '-m', 'oxygen_ros.bags.player', *argv], cwd=REPO,
+                                  env=ros_env(dom), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for argv, _ in cases]
+        done = [(p, *p.communicate(timeout=120)) for p in procs]
+    for (argv, line), (proc, out, err) in zip(cases, done):
+        if line is None:  # the same bag does play: 25 joint states
+            assert proc.returncode == 0 and '  /joint_states: 25' in out, (argv, out, err)
+            continue
+        assert proc.returncode == 2, (argv, proc.returncode, out, err)
+        assert len(err.splitlines()) == 1 and err.startswith(line), (argv, err)
+    with pytest.raises(SystemExit):
+        main(['--help'])
+    assert 'or nothing to play' in ' '.join(capsys.readouterr().out.split())

@@ -90,3 +90,35 @@ def test_queued_request_expires_with_a_reason(policy):
     ended = {e.id: e for e in eng.step().ended}
     assert ended[large].status == RequestStatus.REJECTED and ended[large].reason.startswith("expired: waited")
     assert "max_queue_wait_s = 0.3" in ended[large].reason and eng.queued == 0
+
+
+def test_an_over_long_ask_is_rejected_before_it_is_formatted_or_tokenized(policy, monkeypatch):
+    """A 10 MB ask costs its length check only: the tokenizer never sees it, and the request still
+    ends — rejected, with the cap and its parameter named."""
+    calls = []
+    monkeypatch.setattr(policy.prompt, "tokenize_continuation", lambda text: calls.append(len(text)) or [])
+    eng = engine(policy, max_request_chars=100)
+    rid = eng.submit_request("conversation", "x" * 10_000_000, 4)
+    assert calls == []
+    eng.submit_observation(make_obs(0))
+    (e,) = eng.step().ended
+    assert e.id == rid and e.status == RequestStatus.REJECTED
+    assert e.reason == ("the ask has 10000000 characters; at most 100 are accepted (engine.max_request_chars)")
+    eng.check_invariants()
+
+
+def test_the_prompt_is_tokenized_in_the_submitting_thread_never_in_the_stepping_one(policy, monkeypatch):
+    """As the node submits asks: with the instruction in force given, the prompt is built at once."""
+    import threading
+    seen = []
+    original = policy.prompt.tokenize_continuation
+    monkeypatch.setattr(policy.prompt, "tokenize_continuation",
+                        lambda text: seen.append(threading.get_ident()) or original(text))
+    eng = engine(policy)
+    asker = threading.Thread(target=lambda: eng.submit_request("conversation", "what do you see?", 4,
+                                                                instruction="pick up the cube"))
+    asker.start()
+    asker.join()
+    eng.submit_observation(make_obs(0))
+    eng.step()
+    assert seen == [asker.ident]

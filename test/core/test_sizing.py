@@ -89,3 +89,53 @@ def test_default_configuration_serves_one_request_per_frame_at_k1(policy):
     long = [e for e in ended.values() if len(e.token_ids) == 30]
     assert long, "no request used its whole 30-token budget"
     assert peak_batch >= 25  # ~30 requests decode together at k = 1
+
+
+# ------------------------------------------------------------------ memory: refused before allocating
+def test_a_pool_that_cannot_fit_the_machine_is_refused_at_once_naming_its_parameter(policy):
+    """engine.kv_blocks = 1e9 used to run configure for 36 s into 8 GB and a SystemError."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"the largest part, KV pool, is set by engine.kv_blocks: lower it") as e:
+        Engine(policy, EngineConfig(kv_blocks=10**9))
+    assert time.perf_counter() - t0 < 2.0
+    assert "available on the host" in str(e.value) and "KV block bookkeeping" in str(e.value)
+
+
+def test_a_decode_batch_too_wide_for_the_machine_is_refused_naming_its_parameters(policy):
+    with pytest.raises(ConfigError, match=r"widest decode step .* is set by engine.max_running_requests"):
+        Engine(policy, EngineConfig(max_running_requests=4096, max_request_tokens=1 << 24))
+
+
+def test_estimate_lists_every_allocation_and_check_fits_uses_the_available_memory(policy):
+    import torch
+
+    from oxygen_ros.core.cache.memory import check_fits, estimate
+    from oxygen_ros.core.cache.sizing import size_for
+    cfg = EngineConfig(max_running_requests=9)
+    plan = size_for(cfg, policy.cfg, torch.float32, torch.device("cpu"))
+    parts = estimate(cfg, policy.cfg, plan, torch.float32, 9, flex=False)
+    assert [p.name for p in parts][:2] == ["KV pool", "KV block bookkeeping"] and parts[0].nbytes == plan.nbytes
+    check_fits(parts, torch.device("cpu"))  # the default configuration fits
+    with pytest.raises(ConfigError, match="needs"):
+        check_fits(parts, torch.device("cpu"), share=1e-9)
+
+
+def test_the_automatic_decode_batch_cap_stays_bounded_however_large_the_pool(policy):
+    from oxygen_ros.core.cache.memory import AUTO_MAX_RUNNING
+    eng = Engine(policy, EngineConfig(kv_blocks=200_000))
+    assert eng.cfg.max_running_requests == AUTO_MAX_RUNNING
+
+
+def test_a_model_that_cannot_act_fails_warm_up_with_the_reason():
+    """NaN weights (or a size a stage cannot allocate) drop every frame; warm-up refuses them."""
+    import torch
+
+    from oxygen_ros.core.engine.engine import WarmupError
+    nan = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    with torch.no_grad():
+        nan.model.action_out_proj.weight.fill_(float("nan"))
+    eng = Engine(nan, EngineConfig())
+    with pytest.raises(WarmupError, match=r"warm-up frame \(1 camera\(s\), blank images\) produced no action chunk: "
+                                          r"action chunk dropped: .*non-finite"):
+        eng.warmup()

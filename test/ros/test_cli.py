@@ -25,7 +25,8 @@ from oxygen_ros.ros.qos import text_qos
 from ros_helpers import ALOHA_COMPRESSED, ALOHA_JOINTS, REPO, RosPeer, SensorFeed, node_process, ros_env
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-PARAMS = {'model': 'pi05-tiny', 'num_threads': 1, 'diagnostics_period_s': 0.5,
+# model_locked false: test_lifecycle_round_trip sets model remotely (locked by default: test_security.py)
+PARAMS = {'model': 'pi05-tiny', 'model_locked': False, 'num_threads': 1, 'diagnostics_period_s': 0.5,
           'tasks.conversation.temperature': 1.0, 'tasks.conversation.max_new_tokens': 8,
           'tasks.memory.temperature': 1.0, 'tasks.memory.every_n_frames': 5, 'tasks.memory.max_new_tokens': 4}
 QUESTION = 'What do  you see?'  # the header collapses the double blank
@@ -238,6 +239,72 @@ def test_lifecycle_round_trip_and_a_failed_configure(oxygen):
     r = run('lifecycle', 'activate')
     assert (r.returncode, r.stdout) == (0, '/oxygen: inactive -> active\n'), r
     assert run('lifecycle', 'get').stdout == '/oxygen: active\n'
+
+
+def test_params_set_refusals_are_one_line_with_type_names(oxygen):
+    """A value of another type, an integer beyond int64 or an undeclared name: one line each, in type
+    names, never a traceback (before: rclpy's 'expected '3' got '4'' and an OverflowError traceback)."""
+    k, t = 'tasks.conversation.top_k', 'tasks.conversation.temperature'
+    results = oxygen.run_all(['params', 'set', k, '99999999999999999999'], ['params', 'set', t, 'abc'],
+                             ['params', 'set', k, 'true'], ['params', 'set', 'tasks.conversation.tmperature', '1.0'])
+    assert [r.stdout for r in results] == [
+        f'refused {k}: 99999999999999999999 is beyond the range of a ROS integer parameter (64-bit: '
+        f'-9223372036854775808 .. 9223372036854775807); {k} is an integer in 0 .. 2147483647\n',
+        f"refused {t}: {t} is a double; got a string 'abc'\n",
+        f'refused {k}: {k} is an integer; got a bool true\n',
+        "refused tasks.conversation.tmperature: /oxygen has no parameter 'tasks.conversation.tmperature'; "
+        f'did you mean {t}?\n'], results
+    assert all(r.returncode == 1 and r.stderr == '' for r in results), results
+    r = oxygen.run('params', 'set', 'tasks.conversation.max_new_tokens', '8', k, '2.5', k, '-99999999999999999999')
+    assert r.returncode == 1 and r.stderr == '', r  # the good one is set, the others refused unsent
+    assert r.stdout.splitlines()[:2] == ['set tasks.conversation.max_new_tokens = 8',
+                                         f'refused {k}: {k} is an integer; got a double 2.5'], r
+    assert r.stdout.splitlines()[2].startswith(f'refused {k}: -99999999999999999999 is beyond the range'), r
+    assert oxygen.run('params', 'get', k).stdout == f'{k} = 0\n'
+
+
+def _template(oxygen, task: str) -> str:
+    """The task's template as ``params get`` prints it (YAML: ``params set`` reads it back)."""
+    r = oxygen.run('params', 'get', f'tasks.{task}.template')
+    assert r.returncode == 0, r
+    return r.stdout.split(' = ', 1)[1].rstrip('\n')
+
+
+def test_a_template_with_an_unknown_field_is_refused_live_and_asks_still_work(oxygen):
+    """Before: '{nope}' was accepted and every later ask ended 'rejected: bad prompt'."""
+    oxygen.start_feed()
+    name, before = 'tasks.conversation.template', _template(oxygen, 'conversation')
+    r = oxygen.run('params', 'set', name, '{nope}')
+    assert (r.returncode, r.stdout) == (1, f"refused {name}: {name}='{{nope}}' is invalid: unknown field {{nope}}; "
+                                           'allowed fields: {text}, {instruction}\n'), r
+    r = oxygen.run('params', 'set', name, 'Q: {text')
+    assert r.returncode == 1 and 'is invalid: cannot be filled' in r.stdout and '{text}, {instruction}' in r.stdout, r
+    assert _template(oxygen, 'conversation') == before
+    r = oxygen.run('ask', 'still there?')
+    assert r.returncode == 0 and 'bad prompt' not in r.stderr, r
+    try:  # a valid template applies live, from the next ask
+        assert oxygen.run('params', 'set', name, 'Q: {text} (doing {instruction}) A: ').returncode == 0
+        r = oxygen.run('ask', 'and now?')
+        assert r.returncode == 0 and 'bad prompt' not in r.stderr, r
+    finally:
+        assert oxygen.run('params', 'set', name, before).returncode == 0
+
+
+def test_a_bad_template_set_while_unconfigured_fails_configure_naming_it(oxygen):
+    run, name = oxygen.run, 'tasks.memory.template'
+    before = _template(oxygen, 'memory')
+    assert run('lifecycle', 'deactivate').returncode == 0 and run('lifecycle', 'cleanup').returncode == 0
+    try:
+        assert run('params', 'set', name, 'Memory of {nope}: ').returncode == 0  # read at configure
+        r = run('lifecycle', 'configure')
+        assert r.returncode == 1 and 'configure failed: /oxygen is unconfigured' in r.stderr, r
+        assert f"{name}='Memory of {{nope}}: ' is invalid: unknown field {{nope}}; allowed fields: {{text}}, " \
+               '{instruction}' in r.stderr.splitlines()[1], r.stderr
+    finally:
+        assert run('params', 'set', name, before).returncode == 0
+        if run('lifecycle', 'get').stdout == '/oxygen: unconfigured\n':
+            assert run('lifecycle', 'configure').returncode == 0
+        assert run('lifecycle', 'activate').returncode == 0
 
 
 @pytest.mark.parametrize('argv', [['ask'], ['listen'], ['status'], ['params'], ['params', 'list'], ['params', 'get'],

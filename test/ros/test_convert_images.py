@@ -7,6 +7,7 @@ import os
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')  # DESIGN §7
 
 
+import cv2
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
@@ -17,6 +18,7 @@ from oxygen_ros.ros.convert import (
     ImageConversionError,
     JointStateError,
     compressed_to_rgb,
+    image_size,
     image_to_rgb,
     rgb_to_compressed_msg,
     rgb_to_image_msg,
@@ -245,3 +247,55 @@ def test_large_image_msg_round_trip():
     rgb = _picture(480, 640, seed=7)
     out = image_to_rgb(rgb_to_image_msg(rgb, 'bgr8'))
     np.testing.assert_array_equal(out, rgb)
+
+
+# ------------------------------------------------------------------ sizes read before decoding
+def _payload(data: bytes, fmt: str = 'png') -> CompressedImage:
+    msg = CompressedImage(format=fmt)
+    msg.data = data
+    return msg
+
+
+@pytest.mark.parametrize('fmt, params', [('.png', []), ('.jpg', []), ('.jpg', [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])],
+                         ids=['png', 'jpeg', 'progressive jpeg'])
+def test_image_size_is_read_from_the_header(fmt, params):
+    ok, buf = cv2.imencode(fmt, _picture(37, 53), params)
+    assert ok
+    assert image_size(_payload(buf.tobytes())) == (53, 37)
+    assert image_size(rgb_to_image_msg(_picture(37, 53))) == (53, 37)
+
+
+def test_a_decompression_bomb_is_sized_without_decoding_it():
+    """389 KB of PNG that would decode to 20000 x 20000 x 3 bytes (1.2 GB): read in microseconds."""
+    from oxygen_ros.ros.ingress.hostile import png_bomb
+    bomb = png_bomb(2000)  # (a 20000 one takes seconds to build; the header is the same form)
+    assert image_size(_payload(bomb)) == (2000, 2000)
+    msg = _payload(bomb[:33] + bytes(100))  # the IHDR only: nothing past it is read
+    assert image_size(msg) == (2000, 2000)
+
+
+@pytest.mark.parametrize('data, match', [
+    (b'', 'neither PNG nor JPEG'),
+    (b'GIF89a' + bytes(64), 'neither PNG nor JPEG'),
+    (b'BM' + bytes(64), 'neither PNG nor JPEG'),
+    (b'\x89PNG\r\n\x1a\n' + bytes(8), 'IHDR'),
+    (b'\xff\xd8\xff', 'frame header'),
+    (b'\xff\xd8\xff\xe0\x00\x01', 'segment length'),
+    (b'\xff\xd8' + b'\xff\xda\x00\x02' * 101, 'scans'),
+], ids=['empty', 'gif', 'bmp', 'png without IHDR', 'truncated jpeg', 'bad segment', 'jpeg with 101 scans'])
+def test_payloads_that_are_not_well_formed_png_or_jpeg_are_refused_before_any_decoder(data, match):
+    with pytest.raises(ImageConversionError, match=match):
+        image_size(_payload(data))
+    if data:
+        with pytest.raises(ImageConversionError):
+            compressed_to_rgb(_payload(data, ''))  # the sniffing path never reaches another decoder
+
+
+def test_opencv_prints_nothing_for_a_corrupt_payload(capfd):
+    """A truncated PNG is an ImageConversionError for the caller to count, not a stderr line."""
+    ok, buf = cv2.imencode('.png', _picture(32, 32))
+    for _ in range(3):
+        with pytest.raises(ImageConversionError):
+            compressed_to_rgb(_payload(buf.tobytes()[:60]))
+    out, err = capfd.readouterr()
+    assert 'WARN' not in err and 'ERROR' not in err and 'libpng' not in err, err

@@ -56,7 +56,7 @@ def test_stopped_inputs_turn_the_status_warn_then_stale_and_back_to_ok():
 
     watch = InputWatch(["camera base_0_rgb", "joint_states"], timeout_s=1.0)
     inputs = SimpleNamespace(liveness=watch.state)
-    node = SimpleNamespace(cfg=None, policy=None, inputs=inputs, problems=ProblemLog(), configure_error="",
+    node = SimpleNamespace(cfg=None, policy=None, inputs=inputs, worker=None, problems=ProblemLog(), configure_error="",
                            lifecycle_state="active", assembler=SimpleNamespace(status=lambda: (None, [])),
                            get_name=lambda: "oxygen",
                            get_parameter=lambda name: SimpleNamespace(value="pi05-tiny" if name == "model" else "cpu"))

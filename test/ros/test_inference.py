@@ -78,6 +78,8 @@ def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
 class NoCamera:
     """The assembler of a node whose cameras never deliver (or have stopped)."""
 
+    instruction = "pick up the cube"
+
     def __init__(self, images=0, waiting="waiting for camera images on base_0_rgb"):
         self.images, self.waiting = images, waiting
 

@@ -1,7 +1,8 @@
-"""launch/oxygen.launch.py, checked statically (``launch``/``launch_ros`` cannot be installed on
-these machines, DESIGN §7): it is evaluated against small stand-ins of the launch API that record
-what it builds. It must name an installed executable and an existing parameter file. Plus a
-``colcon build`` of the package when colcon is available.
+"""launch/oxygen.launch.py and launch/sim.launch.py, checked statically (``launch``/``launch_ros``
+are not published as PyPI wheels, so the test environment has neither): they are evaluated against
+small stand-ins of the launch API that record what they build. They must name an installed
+executable and an existing parameter file, and stop at once, naming the path, when a given
+parameter file does not exist. Plus a ``colcon build`` of the package when colcon is available.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / 'launch' / 'oxygen.launch.py'
+SIM_LAUNCH = REPO / 'launch' / 'sim.launch.py'
 
 
 # ------------------------------------------------------------------ launch API stand-ins
@@ -64,6 +66,10 @@ class LifecycleNode(_Recorded):
     pass
 
 
+class Node(_Recorded):
+    pass
+
+
 def _stub_modules(monkeypatch) -> None:
     mods = {
         'launch': {'LaunchDescription': LaunchDescription},
@@ -71,7 +77,7 @@ def _stub_modules(monkeypatch) -> None:
                            'OpaqueFunction': OpaqueFunction},
         'launch.substitutions': {'LaunchConfiguration': LaunchConfiguration,
                                  'PathJoinSubstitution': PathJoinSubstitution},
-        'launch_ros': {}, 'launch_ros.actions': {'LifecycleNode': LifecycleNode},
+        'launch_ros': {}, 'launch_ros.actions': {'LifecycleNode': LifecycleNode, 'Node': Node},
         'launch_ros.substitutions': {'FindPackageShare': FindPackageShare},
     }
     for name, attrs in mods.items():
@@ -80,9 +86,11 @@ def _stub_modules(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, mod)
 
 
-def _evaluate(monkeypatch, **given: str) -> tuple[dict, LifecycleNode, _Context]:
+def _run_launch_file(monkeypatch, path: Path, **given: str) -> tuple[dict, list, _Context]:
+    """(declared arguments, the node actions built, the context) of launch file ``path`` with the
+    launch arguments ``given`` (others: their defaults)."""
     _stub_modules(monkeypatch)
-    spec = importlib.util.spec_from_file_location('oxygen_launch', LAUNCH)
+    spec = importlib.util.spec_from_file_location(path.name.replace('.', '_'), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     ld = module.generate_launch_description()
@@ -93,7 +101,11 @@ def _evaluate(monkeypatch, **given: str) -> tuple[dict, LifecycleNode, _Context]
         ctx.launch_configurations[name] = default if isinstance(default, str) else default.perform(ctx)
     ctx.launch_configurations.update(given)
     opaque = [a for a in ld.args[0] if isinstance(a, OpaqueFunction)]
-    nodes = [n for o in opaque for n in o.kwargs['function'](ctx)]
+    return declared, [n for o in opaque for n in o.kwargs['function'](ctx)], ctx
+
+
+def _evaluate(monkeypatch, **given: str) -> tuple[dict, LifecycleNode, _Context]:
+    declared, nodes, ctx = _run_launch_file(monkeypatch, LAUNCH, **given)
     assert len(nodes) == 1 and isinstance(nodes[0], LifecycleNode)
     return declared, nodes[0], ctx
 
@@ -132,6 +144,30 @@ def test_launch_arguments_override_model_device_and_namespace(monkeypatch):
     overrides = node.kwargs['parameters'][1]
     assert overrides == {'model': '/models/pi05', 'device': 'cuda', 'use_sim_time': True}
     assert node.kwargs['namespace'].perform(ctx) == 'robot1'
+
+
+@pytest.mark.parametrize('launch_file, argument', [(LAUNCH, 'params_file'), (SIM_LAUNCH, 'sim_params_file'),
+                                                   (SIM_LAUNCH, 'oxygen_params_file')])
+def test_a_parameter_file_that_does_not_exist_stops_the_launch_naming_it(monkeypatch, tmp_path, launch_file,
+                                                                         argument):
+    """Before: launch_ros only warned ('Parameter file path is not a file'), started the node, and
+    the node failed configure with 'joint_names is not set'. Now no node is built: the opaque
+    function raises, which ``ros2 launch`` prints as one ERROR line and exits with status 1."""
+    missing = tmp_path / 'robot.ymal'
+    with pytest.raises(FileNotFoundError) as err:
+        _run_launch_file(monkeypatch, launch_file, **{argument: str(missing)})
+    message = str(err.value)
+    assert message.startswith(f'{argument}:={missing}: does not exist;'), message
+    assert f"the package's own are in {REPO / 'config'}: aloha.yaml, droid.yaml" in message, message
+    with pytest.raises(FileNotFoundError, match=f'{argument}:=config/nope.yaml: does not exist '
+                       r'\(relative to .*\)'):
+        _run_launch_file(monkeypatch, launch_file, **{argument: 'config/nope.yaml'})
+    with pytest.raises(FileNotFoundError, match=f'{argument}:={tmp_path}: is a folder, not a parameter file'):
+        _run_launch_file(monkeypatch, launch_file, **{argument: str(tmp_path)})
+    shipped = str(REPO / 'config' / 'aloha.yaml')  # an existing file still launches
+    _, nodes, _ = _run_launch_file(monkeypatch, launch_file, **{argument: shipped})
+    assert [type(n).__name__ for n in nodes] == (['LifecycleNode'] if launch_file == LAUNCH
+                                                 else ['Node', 'LifecycleNode'])
 
 
 def test_every_shipped_parameter_file_is_installed():

@@ -129,7 +129,7 @@ def test_encodings_compression_and_bad_images(tmp_path):
                 rig.bad_input_diagnostic(rig.raw, short, 'image data too short')
                 junk = CompressedImage(format='jpeg')
                 junk.data = b'not a jpeg at all'
-                rig.bad_input_diagnostic(rig.jpeg, junk, 'cannot decode compressed image')
+                rig.bad_input_diagnostic(rig.jpeg, junk, 'compressed payload is neither PNG nor JPEG')
                 odd = np.zeros((17, 31, 3), np.uint8)
                 odd[..., 0] = 255  # another resolution is fine: resized with padding
                 seen = rig.model_input('base_0_rgb', rig.raw, rgb_to_image_msg(odd, 'bgr8'))

@@ -35,7 +35,8 @@ from ros_helpers import ALOHA_COMPRESSED, ALOHA_JOINTS, REPO, RosPeer, SensorFee
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 RAW = {s: t.replace('/compressed', '') for s, t in ALOHA_COMPRESSED.items()}
-ARGS = ['-p', 'model:=pi05-tiny', '-p', 'num_threads:=1', '-p', 'tasks.memory.every_n_frames:=0',
+# model_locked false: model is then a configure-time parameter like the others (locked: read-only, test_security.py)
+ARGS = ['-p', 'model:=pi05-tiny', '-p', 'model_locked:=false', '-p', 'num_threads:=1', '-p', 'tasks.memory.every_n_frames:=0',
         '-p', 'tasks.conversation.max_new_tokens:=6', '-p', 'engine.tokens_per_frame:=2', '-p', 'engine.decode_budget:=fixed',
         *[a for s, t in RAW.items() for a in ('-p', f'cameras.{s}.topic:={t}', '-p', f'cameras.{s}.type:=raw')]]
 
@@ -141,7 +142,10 @@ def test_every_parameter_is_either_applied_live_or_refused_with_a_reason(live):
         if spec.name.startswith('engine.') and spec.name.split('.')[1] in ('min_decode_steps', 'max_decode_steps'):
             new = 2  # a valid pair with the other bound
         res = node.set_parameters([Parameter(spec.name, value=new)])[0]
-        if is_live(spec.name):
+        if spec.read_only:  # model_locked, model_folders: rclpy refuses before the node's callback
+            assert not res.successful and 'read-only' in res.reason, (spec.name, res.reason)
+            refused.append(spec.name)
+        elif is_live(spec.name):
             assert res.successful, (spec.name, new, res.reason)
             applied.append(spec.name)
             node.set_parameters([Parameter(spec.name, value=current)])  # back

@@ -159,8 +159,11 @@ def test_bad_inputs_keep_the_node_up_and_the_actions_flowing(tmp_path):
                         p.ask.publish(String(data=f'question {i}?'))
                 usable('100 asks', flood_asks, 'running', lambda: None)
 
-                # an instruction too long for the prompt: frames dropped with a reason, none cut
+                # an instruction past max_instruction_chars: refused in the callback, the old one stays
                 peer.publish_matched(p.instruction, String(data='pick up the cube ' * 400))
+                p.diag(time.monotonic(), 'instruction_too_long')
+                # one within the cap but too long for the prompt: frames dropped with a reason, none cut
+                p.instruction.publish(String(data='pick up the cube ' * 55))
                 t0, a, b = p.phase(2.0)
                 p.diag(t0, 'frame_dropped')
                 p.instruction.publish(String(data='pick up the red cube'))

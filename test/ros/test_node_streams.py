@@ -7,6 +7,7 @@ import pytest
 
 from oxygen_ros.ros.streams.commands import CommandStream
 from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.core.types import TextDelta
 from oxygen_ros.ros.streams.text import (Emit, TaskTextStream, Utterances, end_notice, is_waiting_notice,
                                          waiting_notice)
 
@@ -204,3 +205,30 @@ def test_utterances_call_opened_with_the_request_id_before_any_frame_output():
     with pytest.raises(ValueError):
         u.submit('conversation', 'bad', lambda: (_ for _ in ()).throw(ValueError('no')), opened=seen.append)
     assert seen == [9] and u.pending == 1
+
+
+def test_the_ask_header_echoes_a_short_prefix_of_a_long_question():
+    """A 10 MB ask must not come back whole in its header: at most HEADER_ASK_CHARS characters."""
+    from oxygen_ros.ros.streams.text import HEADER_ASK_CHARS, header_echo, ignored_notice
+    ts = TaskTextStream('ask')
+    ts.open(3, 'x' * 10_000_000)
+    (head, *_), = [ts.delta(3, 'hi')]
+    assert head.text.startswith('[#3 Q: xxx') and head.text.endswith('…] ') and len(head.text) < HEADER_ASK_CHARS + 16
+    assert header_echo('  what   do\nyou see? ') == 'what do you see?'
+    assert ignored_notice('what?', 'the node is inactive') == '[ask ignored: the node is inactive] Q: what?'
+
+
+def test_abandon_ends_every_open_utterance_with_its_text_so_far_and_the_notice():
+    """The last resort (an engine that cannot end its requests, a frame still running at exit):
+    every open utterance ends, in order, with what it had said and the notice."""
+    u = Utterances(['conversation'], 'ask')
+    u.submit('conversation', 'first?', lambda: 1)
+    u.submit('conversation', 'second?', lambda: 2)
+    u.frame([TextDelta(1, 'conversation', 'partial', 0)], [])
+    out = u.abandon('node shutting down', 'cancelled')['conversation']
+    texts = [e.text for e in out if e.kind == 'text']
+    assert texts == ['[#1 Q: first?] partial [request 1 cancelled: node shutting down]',
+                     '[#2 Q: second?] [request 2 cancelled: node shutting down]']
+    deltas = ''.join(e.text for e in out if e.kind == 'delta' and e.request_id == 1)
+    assert deltas == ' [request 1 cancelled: node shutting down]'  # 'partial' went out with its frame
+    assert u.pending == 0 and u.abandon('again') == {}

@@ -12,14 +12,13 @@ threads (ROS callbacks); ``step`` runs in one inference thread.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from typing import Callable
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
-from ..cache.sizing import size_for
+from ..cache.memory import size_engine
 from ..config import EngineConfig
 from ..live import live_configs
 from ..model.flow import euler_times
@@ -33,10 +32,14 @@ from .faults import FaultLog
 from .lifecycle import RequestBook
 from .frame import FramePrefix
 from .plan import FramePlan
-from .requests import FrameResult, LanguageRequest, RequestStatus
-from .runner import Runner
+from .requests import FrameResult, LanguageRequest, Prompt, RequestStatus
+from .runner import Runner, uses_flex
 from .scheduler import Scheduler
 from .streams import DeviceStreams
+
+
+class WarmupError(RuntimeError):
+    """The engine's warm-up frame produced no action chunk (see :meth:`Engine.warmup`)."""
 
 
 class Engine:
@@ -47,10 +50,8 @@ class Engine:
         self.rtc = (rtc or RTCConfig()).validate()
         self.policy = policy
         mc = policy.cfg
-        self.pool_plan = size_for(self.cfg, mc, policy.model.dtype, policy.model.device)
-        if not self.cfg.max_running_requests:  # auto: the workload's in-flight count (blocks still gate)
-            n = max(1, self.pool_plan.sustained, self.pool_plan.in_flight)
-            self.cfg = dataclasses.replace(self.cfg, max_running_requests=n)
+        self.cfg, self.pool_plan = size_engine(self.cfg, mc, policy.model.dtype, policy.model.device,
+                                               uses_flex(self.cfg, policy.model.device))  # nothing allocated yet
         self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
                            mc.vlm.head_dim, policy.model.dtype, policy.model.device)
         self.streams = DeviceStreams(policy.model.device)
@@ -82,13 +83,27 @@ class Engine:
             self._obs, self._obs_at = obs, time.perf_counter()
             self._explicit = None if prev_chunk_left_over is None else (prev_chunk_left_over, inference_delay)
 
+    def prompt(self, task: str, text: str, instruction: str) -> Prompt:
+        """Build the prompt of a request of ``task`` now — ``text`` checked against
+        ``max_request_chars`` first, then the template filled with ``instruction`` and tokenized —
+        in the calling thread with no lock held, for :meth:`submit_request` (``prompt=``).
+
+        Raises:
+            KeyError: unknown task.
+        """
+        return self.book.prompt_of(self.cfg, task, text, instruction)
+
     def submit_request(self, task: str, text: str = "", max_new_tokens: int | None = None, *,
                        temperature: float | None = None, top_k: int | None = None, seed: int | None = None,
-                       stop_ids: tuple[int, ...] = ()) -> int:
+                       stop_ids: tuple[int, ...] = (), instruction: str | None = None,
+                       prompt: Prompt | None = None) -> int:
         """Queue a language request of ``task`` (template and defaults from the task config).
 
-        A request whose budget can never fit the pool beside the action path is rejected here
-        (status REJECTED with the reason, delivered in the next frame's ``ended``).
+        Its prompt: ``prompt`` (from :meth:`prompt`), or built here from ``instruction``, in the
+        calling thread — never the stepping one; with neither, at admission from the frame's
+        instruction. A text over ``max_request_chars``, a prompt that cannot be built, or a prompt
+        + budget that can never fit beside the action path is rejected here (REJECTED with the
+        reason, delivered in the next frame's ``ended``).
 
         Returns:
             The request id (its deltas and result carry it).
@@ -96,11 +111,14 @@ class Engine:
         Raises:
             KeyError: unknown task; ValueError: bad ``max_new_tokens`` / sampling parameters.
         """
+        if prompt is None:
+            prompt = self.book.prompt_of(self.cfg, task, text, instruction)  # outside the lock
         with self._lock:  # accepted and placed in one step: the accounting never sees it nowhere
-            r = self.book.new_request(task, text, max_new_tokens, temperature, top_k, seed, stop_ids)
-            reason = self.scheduler.submission_check(r)
-            if reason is not None:  # can never fit: rejected now, reported in the next frame's ``ended``
-                r.status, r.reason = RequestStatus.REJECTED, reason
+            r = self.book.new_request(task, text, max_new_tokens, temperature, top_k, seed, stop_ids, prompt)
+            if r.status == RequestStatus.QUEUED:
+                reason = self.scheduler.submission_check(r)
+                if reason is not None:  # can never fit: rejected now, reported in the next frame's ``ended``
+                    r.status, r.reason = RequestStatus.REJECTED, reason
             self._new.append(r)
         return r.id
 
@@ -185,7 +203,7 @@ class Engine:
         action, error, enc = None, None, None
         if obs is not None:
             self.frame_id += 1
-            self.book.periodic(fid)
+            self.book.periodic(fid, obs.instruction)
             with self.faults.guard("observation") as g:
                 try:
                     enc = self.policy.encode_observation(obs)
@@ -288,11 +306,19 @@ class Engine:
         count at run time). Leaves no trace: frame ids restart at 0 and nothing is queued or held.
         Call before submitting anything. Returns the warm-up time in seconds (also :attr:`warmup_s`, reported
         apart from steady-state frame times).
+
+        Raises:
+            WarmupError: a warm-up frame produced no chunk (non-finite: NaN weights; a stage that
+                failed: a size that cannot be allocated), with the frame's drop reason.
         """
         t0 = time.perf_counter()
         for obs in warmup_observations(self.policy, frames, cameras, self.runner.static):
             self.submit_observation(obs)
-            self.step()
+            r = self.step()
+            if r.action is None:  # the model cannot act (NaN weights, a size that does not fit): refuse now
+                cams = sum(img is not None for img in obs.images.values())
+                raise WarmupError(f"warm-up frame ({cams} camera(s), blank images) produced no action chunk: "
+                                  f"{r.error or 'no chunk'}")
         self.runner.warm_decode_buckets()
         self.streams.sync()
         self.runner.seal()
@@ -366,4 +392,4 @@ class Engine:
         return self.book.end_frame()[1]
 
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "WarmupError"]

@@ -13,6 +13,7 @@ lock; every other method runs in the thread that steps the language work.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import Counter
@@ -24,7 +25,9 @@ from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
 from .frame import FramePrefix, RequestState, task_prefix
-from .requests import OUTCOMES, LanguageRequest, RequestCounts, RequestResult, RequestStatus, outcome_of
+from .requests import OUTCOMES, LanguageRequest, Prompt, RequestCounts, RequestResult, RequestStatus, outcome_of
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
@@ -59,9 +62,47 @@ class RequestBook:
         self.faults: "FaultLog | None" = None  # set by the engine: contained faults are counted there
 
     # ------------------------------------------------------------------ creation
+    def prompt_of(self, cfg: "EngineConfig", task: str, text: str, instruction: str | None) -> Prompt | None:
+        """The prompt of a new request of ``task`` — its template filled with ``text`` and
+        ``instruction``, tokenized (an ``own_prefix`` task's prompt goes into its own prefix) — built
+        in the caller's thread (a ROS callback for an ask). A ``text`` longer than
+        ``cfg.max_request_chars`` is never formatted or tokenized: ``reject`` names the cap. With
+        ``instruction`` None the prompt is left to admission (``None`` returned), where the
+        admitting frame's instruction fills it (:meth:`prepare_prompts`). A template or prompt error
+        gives ``reject``; a tokenizer exception ``fail`` (logged with its traceback). Thread-safe.
+
+        Raises:
+            KeyError: unknown task.
+        """
+        t = cfg.task(task)
+        if not isinstance(text, str):
+            return None  # new_request refuses it
+        if len(text) > cfg.max_request_chars:  # checked before any formatting or tokenization
+            return Prompt(reject=f"the ask has {len(text)} characters; at most {cfg.max_request_chars} are "
+                                 "accepted (engine.max_request_chars)")
+        if instruction is None:
+            return None
+        try:
+            filled = format_template(t.template, text=text, instruction=instruction)
+            if t.own_prefix:  # π0.5 subtask style: prompt inside its own prefix
+                return Prompt(filled, [], self.policy.prompt.tokenize_prefix_prompt(filled))
+            return Prompt(filled, self.policy.prompt.tokenize_continuation(filled) if filled else [])
+        except (KeyError, ValueError) as e:
+            return Prompt(reject=f"bad prompt: {e}")
+        except Exception as e:  # a tokenizer bug: this request fails, nothing else
+            log.exception("tokenizing the prompt of a %s request failed", task)
+            return Prompt(fail=f"failed in prompt: {type(e).__name__}: {e}")
+
     def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
-                    top_k: int | None, seed: int | None, stop_ids: tuple[int, ...]) -> LanguageRequest:
-        """Validate arguments and build a QUEUED request (raises ``KeyError`` / ``ValueError``)."""
+                    top_k: int | None, seed: int | None, stop_ids: tuple[int, ...], prompt: Prompt | None = None
+                    ) -> LanguageRequest:
+        """Validate arguments and build a QUEUED request with its ``prompt`` (:meth:`prompt_of`;
+        ``None``: built at admission); one whose prompt could not be built comes back REJECTED or
+        FAILED with the reason, so it still ends with a notice.
+
+        Raises:
+            KeyError: unknown task; ValueError: a bad argument.
+        """
         t = self.cfg.task(task)
         n = t.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(n, int) or n < 1:
@@ -80,6 +121,12 @@ class RequestBook:
                                 sample_key=params.key())
             self._live[rid] = r
             self.counts.submitted(task)
+        if prompt is not None:
+            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
+                prompt.prefix_ids), True
+        if prompt is not None and (prompt.reject or prompt.fail):
+            r.status = RequestStatus.FAILED if prompt.fail else RequestStatus.REJECTED
+            r.reason = prompt.fail or prompt.reject
         return r
 
     def is_live(self, rid: int) -> bool:
@@ -94,39 +141,45 @@ class RequestBook:
             return len(self._live)
 
     def enqueue(self, reqs: list[LanguageRequest]) -> None:
-        """Queue new requests; one rejected at submission ends now, a full queue rejects too."""
+        """Queue new requests; one rejected (or failed) at submission ends now, a full queue rejects too."""
         for r in reqs:
+            if r.status == RequestStatus.FAILED:  # its prompt could not be built (a tokenizer fault)
+                if self.faults is not None:
+                    self.faults.count("prompt")
+                self.failed_total += 1
+                self._end(r, RequestStatus.FAILED, r.reason)
+                continue
             reason = r.reason if r.status == RequestStatus.REJECTED else self.scheduler.enqueue(r)
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
-    def periodic(self, frame_id: int) -> None:
-        """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``."""
+    def periodic(self, frame_id: int, instruction: str) -> None:
+        """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``, their prompts filled
+        with the frame's ``instruction``."""
         for t in self.cfg.tasks:
             if t.every_n_frames and frame_id % t.every_n_frames == 0:
-                self.enqueue([self.new_request(t.name, "", None, None, None, None, ())])
+                prompt = self.prompt_of(self.cfg, t.name, "", instruction)
+                self.enqueue([self.new_request(t.name, "", None, None, None, None, (), prompt)])
 
     def prepare_prompts(self, instruction: str) -> None:
-        """Fill the template of each queued request with the current instruction and tokenize it;
-        a template or prompt error rejects that request with the reason."""
+        """Build the prompts left to admission (requests submitted without an instruction) with
+        the admitting frame's ``instruction``; one that cannot be built ends now with the reason."""
         sched = self.scheduler
-        tok = self.policy.prompt
         keep = []
         for r in list(sched.queue):
-            try:
-                r.prompt = format_template(self.cfg.task(r.task).template, text=r.text,
-                                           instruction=instruction)
-                if self.cfg.task(r.task).own_prefix:  # π0.5 subtask style: prompt inside its own prefix
-                    r.prefix_ids, r.prompt_ids = tok.tokenize_prefix_prompt(r.prompt), []
-                else:
-                    r.prompt_ids = tok.tokenize_continuation(r.prompt) if r.prompt else []
-                keep.append(r)
-            except (KeyError, ValueError) as e:
-                self._end(r, RequestStatus.REJECTED, f"bad prompt: {e}")
-            except Exception as e:  # a tokenizer bug: contained, this request fails
-                if self.faults is None:
-                    raise
-                self.fail([r], f"failed in prompt: {self.faults.record('prompt', e, (r.id,)).error}")
+            if not r.prompt_ready:
+                prompt = self.prompt_of(self.cfg, r.task, r.text, instruction)
+                r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
+                    prompt.prefix_ids), True
+                if prompt.reject:
+                    self._end(r, RequestStatus.REJECTED, prompt.reject)
+                    continue
+                if prompt.fail:
+                    if self.faults is not None:
+                        self.faults.count("prompt")
+                    self.fail([r], prompt.fail)
+                    continue
+            keep.append(r)
         sched.queue.clear()
         sched.queue.extend(keep)
 
@@ -159,8 +212,8 @@ class RequestBook:
         """Admission onto a frame's prefix and every admitted request's first token — the one
         implementation both schedules run (serial ``Engine`` and the concurrent batcher).
 
-        Fills the queued prompts with ``instruction``, admits what the scheduler allows (rejected
-        ones end now), attaches each admitted request to ``prefix`` (shared) or to a private
+        Builds the prompts left to admission with ``instruction`` (the frame's), admits what the
+        scheduler allows (rejected ones end now), attaches each admitted request to ``prefix`` (shared) or to a private
         prefix made by ``prefill`` (``isolated`` mode, or an own-prefix task), then runs ``start``
         on them — in ``isolated`` mode one request at a time, decoded to completion with
         ``decode_one`` (False: that step failed). A fault inside is contained in ``faults`` as

@@ -95,13 +95,31 @@ class RequestCounts:
             self._counts.clear()
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """A request's prompt, built when the request is created (:meth:`RequestBook.prompt`).
+
+    Attributes:
+        text: the filled template; ids: its token ids after the frame prefix (no BOS);
+        prefix_ids: an ``own_prefix`` task's own prefix prompt (BOS first; ``ids`` then empty);
+        reject / fail: why it could not be built (the request ends REJECTED / FAILED), else ``""``.
+    """
+
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    prefix_ids: list[int] = field(default_factory=list)
+    reject: str = ""
+    fail: str = ""
+
+
 @dataclass
 class LanguageRequest:
     """One language request (conversation answer, memory note …).
 
     Attributes:
         id: engine-unique id; task: task name; text: the ask (may be empty).
-        prompt: the filled template appended after the frame prefix (set at admission).
+        prompt: the filled template appended after the frame prefix; ``prompt_ready`` once built (at
+            submission when the instruction is known then, else at admission).
         prompt_ids: its token ids (no BOS).
         prefix_ids: for an ``own_prefix`` task, the ids (BOS first) of its own prefix prompt
             (``prompt_ids`` is then empty: decoding starts at the prefix's last token).
@@ -129,6 +147,7 @@ class LanguageRequest:
     prompt: str = ""
     prompt_ids: list[int] = field(default_factory=list)
     prefix_ids: list[int] = field(default_factory=list)
+    prompt_ready: bool = False
     frame_id: int = -1
     output_ids: list[int] = field(default_factory=list)
     output_text: str = ""

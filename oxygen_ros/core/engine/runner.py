@@ -31,7 +31,15 @@ from .steps import (decode_tokens, denoise_actions, denoise_actions_rtc, denoise
                     prefill_prefix, prefix_scratch)
 from .streams import DeviceStreams
 
-__all__ = ["Runner", "FramePrefix"]
+__all__ = ["Runner", "FramePrefix", "uses_flex"]
+
+
+def uses_flex(cfg: EngineConfig, device: torch.device) -> bool:
+    """Whether decode reads K/V through FlexAttention (else the gather reference): ``attention``
+    ``flex``, or ``auto`` where it is a fused kernel (compiled, CUDA). Inductor's CPU flex template
+    gave a wrong first decode step after a batch change (torch 2.13; see test_compiled), so a
+    compiled CPU engine reads through the gather reference unless flex is asked for."""
+    return cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none" and device.type == "cuda")
 
 
 class Runner:
@@ -45,11 +53,7 @@ class Runner:
         self.pool = pool
         self.streams = streams
         self.static = cfg.static_shapes
-        # auto: FlexAttention where it is a fused kernel (compiled, CUDA). Inductor's CPU flex template
-        # gave a wrong first decode step after a batch change (torch 2.13; see test_compiled), so a
-        # compiled CPU engine reads through the gather reference unless flex is asked for.
-        self.flex = cfg.attention == "flex" or (cfg.attention == "auto" and cfg.compile != "none"
-                                                 and pool.device.type == "cuda")
+        self.flex = uses_flex(cfg, pool.device)
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
         self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)

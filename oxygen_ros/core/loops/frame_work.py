@@ -90,7 +90,7 @@ class FrameWork:
             book.cancel(g.cancels)
             book.expire()
             if g.periodic:
-                book.periodic(g.frame_id)
+                book.periodic(g.frame_id, g.obs.instruction)
             if g.prefix is not None:
                 e.pool.blocks.reclaim(e.streams.is_done)
                 with e.streams.decode(after=g.ready):

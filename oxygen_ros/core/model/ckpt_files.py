@@ -17,28 +17,40 @@
   turns these files into a :class:`ModelConfig`.
 
 Norm-stats dicts use openpi names: ``"state"`` and ``"actions"``.
+
+Every file is untrusted input (:mod:`oxygen_ros.core.untrusted`): JSON size-, depth- and
+type-checked field by field, a file name read from a file confined to the checkpoint folder, stats
+finite; every malformed file raises :class:`CheckpointError` naming it (and the key).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..config import ModelConfig
 from ..types import NormStats
-from .keymap import CheckpointError
+from ..untrusted import CheckpointError, inside, json_field, open_safetensors, read_json, short
 
 OXYGEN_CONFIG = "oxygen_config.json"
+WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 PRE_JSON, POST_JSON = "policy_preprocessor.json", "policy_postprocessor.json"
 PRE_STATS = "policy_preprocessor_step_2_normalizer_processor.safetensors"
 POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 _LEROBOT_NAMES = {"state": "observation.state", "actions": "action"}
 _STATS = ("mean", "std", "q01", "q99")
+#: Longest norm-stats vector accepted (real ones: the robot's joints, at most the padded 32).
+MAX_STATS_DIM = 1024
+#: safetensors dtypes a weight or statistic may have: floating point (converted on load). Integer,
+#: boolean and float8 tensors are refused, not cast (docs/checkpoint.md: quantized weights need
+#: scales that π0.5 checkpoints do not carry; casting them would silently give a different model).
+FLOAT_DTYPES: tuple[str, ...] = ("F32", "BF16", "F16", "F64")
 
 
 def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
@@ -64,17 +76,6 @@ def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
                           f"(and it is not a model preset: {sorted(PRESETS)})")
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """Parse a JSON object file; raises :class:`CheckpointError` naming the file if invalid."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` as indented JSON, creating parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,10 +95,39 @@ def lerobot_features(cfg: ModelConfig, stats: dict[str, NormStats]) -> tuple[dic
 
 # ------------------------------------------------------------------------------------ norm stats
 def _stats(d: dict[str, Any], where: str) -> NormStats:
+    """NormStats of one quantity, refused unless 1-D, of one length in [1, MAX_STATS_DIM], finite,
+    with ``q01 <= q99`` (``where``: file and entry, for the message)."""
     try:
-        return NormStats.from_dict(d)
+        ns = NormStats.from_dict(d)
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"{where}: {e}") from e
+    if not 1 <= ns.dim <= MAX_STATS_DIM:
+        raise CheckpointError(f"{where}: {ns.dim} values per statistic; expected 1 to {MAX_STATS_DIM}")
+    for name in _STATS:
+        bad = np.flatnonzero(~np.isfinite(getattr(ns, name)))
+        if bad.size:
+            raise CheckpointError(f"{where}: {name}[{bad[0]}] = {getattr(ns, name)[bad[0]]} is not finite")
+    bad = np.flatnonzero(ns.q99 < ns.q01)
+    if bad.size:
+        i = int(bad[0])
+        raise CheckpointError(f"{where}: q01[{i}] = {ns.q01[i]} is above q99[{i}] = {ns.q99[i]}")
+    return ns
+
+
+def _json_stats(entry: Any, where: str) -> NormStats:
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where}: must be an object with q01/q99 (mean/std) lists, got {short(entry)}")
+    for name in _STATS:
+        values = json_field(entry, name, "list", where)
+        for i, v in enumerate(values or []):
+            json_field({f"{name}[{i}]": v}, f"{name}[{i}]", "number", where)
+    return _stats(entry, where)
+
+
+def _find_norm_stats(assets: Path) -> list[Path]:
+    """Every ``norm_stats.json`` under ``assets``, symlinked folders not followed."""
+    return sorted(Path(root) / "norm_stats.json" for root, _dirs, files in os.walk(assets)
+                  if "norm_stats.json" in files)
 
 
 def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[str, NormStats], str | None]:
@@ -107,8 +137,9 @@ def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[s
         (``{"state": …, "actions": …}`` — empty when the folder has no stats, asset id or None).
 
     Raises:
-        CheckpointError: the named asset is missing, several assets exist and none was chosen, or
-            the file is malformed (file and entry named).
+        CheckpointError: the named asset is missing, several assets exist and none was chosen, the
+            file lies outside the folder (a symlink), or it is malformed (file and entry named:
+            not JSON, wrong types, non-finite values, q01 > q99).
     """
     assets = folder / "assets"
     if asset_id is not None:
@@ -116,7 +147,7 @@ def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[s
         if not path.is_file():
             raise CheckpointError(f"norm stats for asset_id={asset_id!r} not found: {path}")
     else:
-        found = sorted(assets.rglob("norm_stats.json")) if assets.is_dir() else []
+        found = _find_norm_stats(assets) if assets.is_dir() else []
         if not found:
             return {}, None
         if len(found) > 1:
@@ -124,11 +155,13 @@ def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[s
             raise CheckpointError(f"{assets} holds several norm stats {ids}; pass asset_id=")
         path = found[0]
         asset_id = str(path.parent.relative_to(assets))
+    inside(folder, str(path.relative_to(folder)), f"{path} (norm stats of asset {asset_id!r})")
     data = read_json(path)
-    entries = data.get("norm_stats", data)
-    if not isinstance(entries, dict):
-        raise CheckpointError(f"{path}: 'norm_stats' must be an object")
-    return {k: _stats(v, f"{path} [{k}]") for k, v in entries.items() if isinstance(v, dict)}, asset_id
+    entries = json_field(data, "norm_stats", "object", str(path), data)
+    for k in ("state", "actions"):
+        if k in entries:
+            json_field(entries, k, "object", f"{path} ['norm_stats']")
+    return {k: _json_stats(v, f"{path} [{k}]") for k, v in entries.items() if isinstance(v, dict)}, asset_id
 
 
 def write_openpi_stats(folder: Path, stats: dict[str, NormStats], asset_id: str) -> None:
@@ -137,21 +170,62 @@ def write_openpi_stats(folder: Path, stats: dict[str, NormStats], asset_id: str)
                {"norm_stats": {k: v.to_dict() for k, v in stats.items()}})
 
 
+def pipeline_steps(path: Path) -> list[dict[str, Any]]:
+    """The ``steps`` of a LeRobot processor pipeline JSON, each checked to be an object whose
+    ``registry_name`` is a string and ``config`` an object.
+
+    Raises:
+        CheckpointError: naming the file and the step: not JSON, ``steps`` not a list, a step of
+            the wrong type.
+    """
+    steps = json_field(read_json(path), "steps", "list", str(path), [])
+    for i, step in enumerate(steps):
+        where = f"{path} steps[{i}]"
+        if not isinstance(step, dict):
+            raise CheckpointError(f"{where}: must be an object, got {short(step)}")
+        json_field(step, "registry_name", "str", where)
+        json_field(step, "config", "object", where)
+    return steps
+
+
 def _step_file(folder: Path, pipeline: str, registry: str, fallback: str) -> tuple[Path | None, dict]:
     """(state file, step config) of the first ``registry`` step of a LeRobot pipeline json."""
     pj = folder / pipeline
     if not pj.is_file():
         path = folder / fallback
         return (path if path.is_file() else None), {}
-    for step in read_json(pj).get("steps", []):
+    for i, step in enumerate(pipeline_steps(pj)):
         if step.get("registry_name") == registry:
+            config = step.get("config", {})
+            json_field(config, "norm_map", "object", f"{pj} steps[{i}].config", nullable=True)
             if "state_file" not in step:
-                return None, step.get("config", {})
-            path = folder / step["state_file"]
+                return None, config
+            path = inside(folder, step["state_file"], f"{pj} steps[{i}].state_file")
             if not path.is_file():
                 raise CheckpointError(f"{pj}: {registry} state_file {step['state_file']!r} does not exist")
-            return path, step.get("config", {})
+            return path, config
     return None, {}
+
+
+def _read_stats_file(path: Path | None) -> dict[str, torch.Tensor]:
+    """The state / action statistics of a normaliser state file (``observation.state.<stat>``,
+    ``action.<stat>``; other entries are not read): floating point, 1-D, at most ``MAX_STATS_DIM``
+    long, checked in the header before anything is read."""
+    if path is None:
+        return {}
+    out = {}
+    wanted = {f"{feature}.{stat}" for feature in _LEROBOT_NAMES.values() for stat in _STATS}
+    with open_safetensors(path) as f:
+        for k in f.keys():
+            if k not in wanted:
+                continue
+            sl = f.get_slice(k)
+            dtype, shape = sl.get_dtype(), list(sl.get_shape())
+            if dtype not in FLOAT_DTYPES or len(shape) != 1 or not 1 <= shape[0] <= MAX_STATS_DIM:
+                raise CheckpointError(f"{path}: {k} is {dtype} {shape}; norm stats are 1-D floating-point "
+                                      f"vectors ({', '.join(FLOAT_DTYPES)}) of 1 to {MAX_STATS_DIM} values")
+            out[k] = f.get_tensor(k)
+    return out
 
 
 def _group(flat: dict[str, torch.Tensor], feature: str) -> dict[str, list[float]]:
@@ -171,12 +245,13 @@ def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, An
         (stats, ``{"norm_map": …, "state_file": …, "action_file": …}``).
 
     Raises:
-        CheckpointError: a declared state file is missing or its stats are malformed.
+        CheckpointError: a pipeline JSON is malformed, a declared state file lies outside the
+            folder or is missing, a state file is not safetensors, or its stats are malformed
+            (not 1-D floating point, non-finite, q01 > q99); the file and key are named.
     """
     pre_path, pre_cfg = _step_file(folder, PRE_JSON, "normalizer_processor", PRE_STATS)
     post_path, post_cfg = _step_file(folder, POST_JSON, "unnormalizer_processor", POST_STATS)
-    pre = load_file(str(pre_path)) if pre_path else {}
-    post = load_file(str(post_path)) if post_path else {}
+    pre, post = _read_stats_file(pre_path), _read_stats_file(post_path)
     out: dict[str, NormStats] = {}
     info: dict[str, Any] = {"norm_map": pre_cfg.get("norm_map") or post_cfg.get("norm_map"),
                             "state_file": None, "action_file": None}
@@ -191,6 +266,31 @@ def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, An
             info["action_file"] = path.name if path else None
             break
     return out, info
+
+
+def action_convention_files(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``config.json`` and the ``policy_preprocessor.json`` steps of a folder, with the fields that
+    state its action convention type-checked (LeRobot ``use_relative_actions``,
+    ``relative_exclude_joints``, ``action_feature_names``; the ``relative_actions_processor``
+    step's ``enabled``, ``exclude_joints``, ``action_names``). Absent files give ``{}`` / ``[]``.
+
+    Raises:
+        CheckpointError: either file is malformed, or one of those fields has the wrong type (a
+            string ``"false"`` must not read as true); file and key named.
+    """
+    cj, pj = folder / "config.json", folder / PRE_JSON
+    raw = read_json(cj) if cj.is_file() else {}
+    steps = pipeline_steps(pj) if pj.is_file() else []
+    checks = [(raw, str(cj), "use_relative_actions", "relative_exclude_joints", "action_feature_names")]
+    checks += [(s.get("config", {}), f"{pj} steps[{i}].config", "enabled", "exclude_joints", "action_names")
+               for i, s in enumerate(steps)
+               if s.get("registry_name") in ("relative_actions_processor", "delta_actions_processor")]
+    for d, where, flag, *lists in checks:
+        json_field(d, flag, "bool", where)
+        for key in lists:
+            for i, v in enumerate(json_field(d, key, "list", where, nullable=True) or []):
+                json_field({f"{key}[{i}]": v}, f"{key}[{i}]", "str", where)
+    return raw, steps
 
 
 def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
@@ -258,6 +358,7 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
     write_json(folder / POST_JSON, {"name": "policy_postprocessor", "steps": post_steps})
 
 
-__all__ = ["checkpoint_folder", "OXYGEN_CONFIG", "PRE_JSON", "POST_JSON", "PRE_STATS", "POST_STATS", "read_json", "write_json",
+__all__ = ["checkpoint_folder", "OXYGEN_CONFIG", "WEIGHTS", "INDEX", "PRE_JSON", "POST_JSON", "PRE_STATS", "POST_STATS",
+           "MAX_STATS_DIM", "FLOAT_DTYPES", "inside", "read_json", "write_json", "pipeline_steps", "action_convention_files",
            "lerobot_features", "read_openpi_stats", "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats",
            "require_norm_stats"]

@@ -1,6 +1,6 @@
 """Parameter-name mapping between :class:`~.pi05.Pi05Model` and π0.5 checkpoint files.
 
-Two checkpoint layouts share one key scheme (DESIGN §2 "Checkpoints"):
+Two checkpoint layouts share one key scheme:
 
 * ``openpi`` — openpi PyTorch folders (``PI0Pytorch`` state dict, written by openpi
   ``examples/convert_jax_model_to_pytorch.py``): keys ``paligemma_with_expert.paligemma.model.…``,
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..untrusted import CheckpointError
+
 Layout = Literal["openpi", "lerobot"]
 LAYOUTS: tuple[str, ...] = ("openpi", "lerobot")
 
@@ -53,11 +55,6 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("time_mlp_in.", "time_mlp_in."),
     ("time_mlp_out.", "time_mlp_out."),
 )
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint folder does not match the model: the message names the offending key(s),
-    file(s) or config field(s) (and shapes where relevant)."""
 
 
 def layout_prefix(layout: str) -> str:

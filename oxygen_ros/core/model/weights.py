@@ -17,21 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from ..config import ModelConfig
 from ..types import NormStats
+from ..untrusted import open_safetensors
 from . import ckpt_config as cc
 from . import ckpt_files as cf
+from .ckpt_files import INDEX, WEIGHTS
+from .ckpt_shapes import FLOAT_DTYPES, check_dtypes, read_finite, read_headers, weight_index
 from .gemma import MoTRunner
 from .keymap import (LM_HEAD_KEY, OWN_EMBED_KEY, CheckpointError, ckpt_to_own, detect_layout, has_vision_level,
                      is_skipped, is_tied_head, keep_fp32, layout_prefix, own_to_ckpt)
 from .layers import AdaRMSNorm, PlainNorm, make_rotary
 from .pi05 import Pi05Model
 
-WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 _MAX_LISTED = 20
 
 
@@ -63,35 +64,6 @@ class CheckpointInfo:
     restored_keys: list[str] = field(default_factory=list)
     dtypes: dict[str, int] = field(default_factory=dict)
     derived_from_shapes: list[str] = field(default_factory=list)
-
-
-def weight_index(folder: Path) -> dict[str, Path]:
-    """Checkpoint key -> safetensors file, for ``model.safetensors`` or a sharded index.
-
-    Raises:
-        CheckpointError: no weights, or an index naming a missing shard.
-    """
-    if (folder / WEIGHTS).is_file():
-        with safe_open(str(folder / WEIGHTS), framework="pt") as f:
-            return {k: folder / WEIGHTS for k in f.keys()}
-    if (folder / INDEX).is_file():
-        wmap = cf.read_json(folder / INDEX).get("weight_map", {})
-        out = {k: folder / v for k, v in wmap.items()}
-        absent = sorted({str(p.name) for p in out.values() if not p.is_file()})
-        if absent:
-            raise CheckpointError(f"{folder / INDEX} names missing shard files {absent}")
-        return out
-    raise CheckpointError(f"{folder}: no {WEIGHTS} or {INDEX}")
-
-
-def _shapes(index: dict[str, Path]) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    for path in sorted(set(index.values())):
-        with safe_open(str(path), framework="pt") as f:
-            for k in f.keys():
-                if index.get(k) == path:
-                    out[k] = tuple(f.get_slice(k).get_shape())
-    return out
 
 
 def _listing(title: str, items: list[str]) -> str:
@@ -207,8 +179,11 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         has none, :class:`CheckpointInfo`).
 
     Raises:
-        CheckpointError: unknown layout, bad config, any missing/unexpected/wrongly shaped key, tied
-            LM head differing from the embedding, malformed norm stats.
+        CheckpointError: unknown layout, bad config (a field of the wrong type or outside
+            :data:`.ckpt_config.BOUNDS`), any missing/unexpected/wrongly shaped key, a weight that is
+            not floating point or not finite (key, dtype / count and file named), a weight file that
+            is not safetensors, a shard outside the folder, tied LM head differing from the
+            embedding, malformed norm stats.
     """
     folder, device = Path(folder).expanduser(), torch.device(device)
     if not folder.exists():
@@ -217,8 +192,12 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         raise CheckpointError(f"checkpoint path {folder} is not a folder (pass the folder holding "
                               f"{WEIGHTS} and config.json)")
     index = weight_index(folder)
-    layout = detect_layout(set(index))
-    shapes = _shapes(index)
+    wfile = folder / (WEIGHTS if (folder / WEIGHTS).is_file() else INDEX)
+    try:
+        layout = detect_layout(set(index))
+    except CheckpointError as e:
+        raise CheckpointError(f"{wfile}: {e}") from e
+    shapes, dtypes = read_headers(index)
     cfg, source, raw, derived = cc.resolve_config(folder, layout, shapes)
     info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw,
                           derived_from_shapes=derived)
@@ -228,18 +207,22 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         stats, info.norm_info = cf.read_lerobot_stats(folder)
     model = _meta_model(cfg)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, shapes, layout)
+    try:
+        plan, info.skipped_keys, info.restored_keys, compare = plan_load(expected, shapes, layout)
+    except CheckpointError as e:
+        raise CheckpointError(f"{wfile}: {e}") from e
+    check_dtypes(sorted(plan.values()) + ([compare] if compare else []), dtypes, index)
     state: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for own, ck in plan.items():
         by_file.setdefault(index[ck], []).append(own)
     for path, owns in sorted(by_file.items()):
-        with safe_open(str(path), framework="pt") as f:
-            for own in owns:
-                state[own] = f.get_tensor(plan[own]).to(device=device, dtype=target_dtype(own, device, dtype))
+        with open_safetensors(path) as f:
+            for own in sorted(owns):
+                state[own] = read_finite(f, path, plan[own], device, target_dtype(own, device, dtype))
     if compare is not None:
-        with safe_open(str(index[compare]), framework="pt") as f:
-            head = f.get_tensor(compare).to(device=device, dtype=state[OWN_EMBED_KEY].dtype)
+        with open_safetensors(index[compare]) as f:
+            head = read_finite(f, index[compare], compare, device, state[OWN_EMBED_KEY].dtype)
         if not torch.equal(head, state[OWN_EMBED_KEY]):
             raise CheckpointError(f"{compare} differs from {plan[OWN_EMBED_KEY]} (they must be tied)")
     model.load_state_dict(state, strict=True, assign=True)
@@ -315,6 +298,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "weight_index", "plan_load", "target_dtype",
+__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "FLOAT_DTYPES", "weight_index", "plan_load",
+           "check_dtypes", "read_finite", "target_dtype",
            "rebuild_buffers", "checkpoint_shapes", "load_pretrained", "save_pretrained", "random_pretrained",
            "count_parameters"]

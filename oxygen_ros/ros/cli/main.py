@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument('names', nargs='+', metavar='NAME')
     q = verb('set', 'set parameters', 'Set parameters. VALUE is YAML as for ros2 param set: 2.0 double, 4 integer,\n'
              'true bool, [a, b] string array; an integer for a double parameter is sent as a\n'
-             'double. Prints "set NAME = VALUE", or "refused NAME: <reason>" and exits 1.',
+             'double. Prints "set NAME = VALUE", or "refused NAME: <reason>" and exits 1. A value\n'
+             "of another type than the parameter's, an integer beyond 64 bits or a name the node\n"
+             'does not have is refused here, in type names, and not sent.',
              where=params, ros2='ros2 param set /oxygen NAME VALUE')
     q.add_argument('pairs', nargs='+', metavar='NAME VALUE', help='one or more NAME VALUE pairs')
     q = verb('describe', 'print type, description, range and read-only flag', where=params,

@@ -3,13 +3,17 @@
 Values are written and read in one syntax, YAML as ``ros2 param set`` takes it: ``2.0`` is a
 double, ``4`` an integer, ``true`` a bool, ``[a, b]`` a string array, anything else a string. ``set``
 describes the parameter first and sends what its declared type needs: an integer for a double
-parameter goes as a double, any text for a string parameter as that string.
+parameter goes as a double, any text for a string parameter as that string. A value the parameter
+cannot take — another type, an integer beyond 64 bits, a name the node does not declare — is
+refused here, in one line with type names, and not sent.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +23,8 @@ from rcl_interfaces.srv import ListParameters, SetParameters
 
 from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Peer, from_parameter_value
 
-__all__ = ['TYPE_NAMES', 'describe', 'format_value', 'get', 'list_names', 'parse_value', 'set_values']
+__all__ = ['INT64_RANGE', 'TYPE_NAMES', 'describe', 'format_value', 'get', 'list_names', 'parse_value', 'set_values',
+           'type_problem']
 
 P = ParameterType
 #: Parameter type names by ``rcl_interfaces/ParameterType`` number.
@@ -29,6 +34,28 @@ TYPE_NAMES = {P.PARAMETER_NOT_SET: 'not set', P.PARAMETER_BOOL: 'bool', P.PARAME
               P.PARAMETER_DOUBLE_ARRAY: 'double array', P.PARAMETER_STRING_ARRAY: 'string array'}
 _ARRAY_ITEM = {P.PARAMETER_BOOL_ARRAY: P.PARAMETER_BOOL, P.PARAMETER_INTEGER_ARRAY: P.PARAMETER_INTEGER,
                P.PARAMETER_DOUBLE_ARRAY: P.PARAMETER_DOUBLE, P.PARAMETER_STRING_ARRAY: P.PARAMETER_STRING}
+#: What a ROS integer parameter holds (int64), inclusive.
+INT64_RANGE = (-2**63, 2**63 - 1)
+#: rclpy's own refusal of a mistyped value names the types by number (``expected '3' got '4'``).
+_RCLPY_TYPE_REASON = re.compile(r"[Ww]rong parameter type, expected '(\d+)' got '(\d+)'")
+
+
+def _a(ptype: int) -> str:
+    """``a double``, ``an integer``: a type name with its article."""
+    name = TYPE_NAMES.get(ptype, f'type {ptype}')
+    return ('an ' if name[0] in 'aeiou' else 'a ') + name
+
+
+def type_problem(name: str, value: ParameterValue, descriptor: ParameterDescriptor | None) -> str | None:
+    """Why the node would refuse ``value`` for parameter ``name`` by its type, in type names
+    (``x is a double; got a string 'abc'``), or None (also when the parameter has dynamic typing
+    or no declared type)."""
+    want = descriptor.type if descriptor is not None and not descriptor.dynamic_typing else P.PARAMETER_NOT_SET
+    if want in (P.PARAMETER_NOT_SET, value.type):
+        return None
+    got = from_parameter_value(value)
+    shown = repr(got) if isinstance(got, str) else format_value(got)
+    return f'{name} is {_a(want)}; got {_a(value.type)} {shown}'
 
 
 def format_value(value: Any, _in_list: bool = False) -> str:
@@ -65,7 +92,7 @@ def parse_value(text: str, ptype: int = P.PARAMETER_NOT_SET) -> ParameterValue:
 
     Raises:
         CliError: (code 2) a value no parameter can hold (null, a mapping, a mixed list, ``[]``
-            for a parameter of unknown type).
+            for a parameter of unknown type); (code 1) an integer beyond int64 (:data:`INT64_RANGE`).
     """
     try:
         value = yaml.safe_load(text)
@@ -82,6 +109,11 @@ def parse_value(text: str, ptype: int = P.PARAMETER_NOT_SET) -> ParameterValue:
         value = [_scalar(v, item, None) for v in value]
     if value is None or isinstance(value, dict):
         raise CliError(f'{text!r}: not a parameter value (give a number, true/false, text or a [list])', EXIT_USAGE)
+    big = [v for v in (value if isinstance(value, list) else [value])
+           if isinstance(v, int) and not isinstance(v, bool) and not INT64_RANGE[0] <= v <= INT64_RANGE[1]]
+    if big:
+        raise CliError(f'{big[0]} is beyond the range of a ROS integer parameter (64-bit: '
+                       f'{INT64_RANGE[0]} .. {INT64_RANGE[1]})')
     out = ParameterValue()
     kinds = [(bool, P.PARAMETER_BOOL, 'bool_value'), (int, P.PARAMETER_INTEGER, 'integer_value'),
              (float, P.PARAMETER_DOUBLE, 'double_value'), (str, P.PARAMETER_STRING, 'string_value')]
@@ -144,29 +176,61 @@ def get(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
     return EXIT_FAILED if any(values[n] is None for n in names) else EXIT_OK
 
 
+def _checked(peer: Peer, name: str, text: str, d: ParameterDescriptor | None) -> ParameterValue | str:
+    """The value to send for ``name``, or why it is refused without sending it (one line)."""
+    if d is None:
+        req = ListParameters.Request(prefixes=[], depth=ListParameters.Request.DEPTH_RECURSIVE)
+        close = difflib.get_close_matches(name, peer.call(ListParameters, 'list_parameters', req).result.names, 1)
+        return f'{peer.fqn} has no parameter {name!r}' + (f'; did you mean {close[0]}?' if close else
+                                                          ' (oxygen params list shows them)')
+    try:
+        value = parse_value(text, d.type)
+    except CliError as exc:
+        if exc.code == EXIT_USAGE:
+            raise CliError(f'{name}: {exc}', exc.code) from None
+        return f'{exc}; {name} is {_a(d.type)}' + (f' in {_range(d)}' if _range(d) else '')
+    try:
+        (name + json.dumps(from_parameter_value(value), ensure_ascii=False)).encode('utf-8')
+    except UnicodeEncodeError:
+        return f'{name}: the name or value is not valid UTF-8 text'
+    return type_problem(name, value, d) or value
+
+
+def _node_reason(name: str, reason: str) -> str:
+    """The node's refusal, with rclpy's type numbers turned into type names."""
+    m = _RCLPY_TYPE_REASON.search(reason)
+    return f'{name} is {_a(int(m[1]))}; got {_a(int(m[2]))}' if m else reason or '(no reason given)'
+
+
 def set_values(peer: Peer, pairs: Sequence[tuple[str, str]], write: Callable[[str], None]) -> int:
     """Set each ``(name, YAML text)``; write ``set NAME = VALUE`` for each accepted and
-    ``refused NAME: <reason>`` for each the node refused (its SetParametersResult reason).
+    ``refused NAME: <reason>`` for each refused, in the order given: by the node (its
+    SetParametersResult reason), or here, unsent (an undeclared name, another type than the declared
+    one, an integer beyond int64; the reason names the types).
 
     Returns:
         0 when every value was set, 1 when any was refused.
 
     Raises:
-        CliError: (code 2) a value that cannot be a parameter value.
+        CliError: (code 2) a value that cannot be a parameter value (null, a mapping, a mixed list).
     """
     peer.find_node()
     names = [n for n, _ in pairs]
     described = peer.descriptors(names)
-    values = [parse_value(text, described[n].type if described[n] is not None else P.PARAMETER_NOT_SET)
-              for n, text in pairs]
-    req = SetParameters.Request(parameters=[Parameter(name=n, value=v) for n, v in zip(names, values)])
-    results = peer.call(SetParameters, 'set_parameters', req).results
+    checked = [_checked(peer, n, text, described[n]) for n, text in pairs]
+    send = [(n, v) for n, v in zip(names, checked) if isinstance(v, ParameterValue)]
+    results = iter([])
+    if send:
+        req = SetParameters.Request(parameters=[Parameter(name=n, value=v) for n, v in send])
+        results = iter(peer.call(SetParameters, 'set_parameters', req).results)
     code = EXIT_OK
-    for n, v, r in zip(names, values, results):
-        if r.successful:
+    for n, v in zip(names, checked):
+        r = next(results, None) if isinstance(v, ParameterValue) else None
+        if isinstance(v, ParameterValue) and r is not None and r.successful:
             write(f'set {n} = {format_value(from_parameter_value(v))}\n')
         else:
-            write(f'refused {n}: {r.reason or "(no reason given)"}\n')
+            reason = v if isinstance(v, str) else _node_reason(n, r.reason if r is not None else '')
+            write(f'refused {n}: {reason}\n')
             code = EXIT_FAILED
     return code
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from oxygen_ros.ros.streams.text import header_echo
+
 __all__ = ['AskReader', 'LinePrinter', 'end_notice', 'split_header', 'waiting_notice']
 
 _HEADER = re.compile(r'\[#(\d+)(?: Q: (.*?))?\] ', re.S)
@@ -70,7 +72,7 @@ class AskReader:
     """
 
     def __init__(self, ask: str, header: str, out: Callable[[str], None], err: Callable[[str], None]) -> None:
-        self.question, self.header = ' '.join(ask.split()), header
+        self.question, self.header = header_echo(ask), header
         self._out, self._err = out, err
         self.published_at: bool = False
         self.request_id: int | None = None

@@ -9,6 +9,7 @@ from oxygen_ros.ros.convert.images import (
     SUPPORTED_ENCODINGS,
     ImageConversionError,
     compressed_to_rgb,
+    image_size,
     image_to_rgb,
     rgb_to_compressed_msg,
     rgb_to_image_msg,
@@ -22,7 +23,7 @@ from oxygen_ros.ros.convert.trajectory import (chunk_to_joint_trajectory, chunk_
 __all__ = [
     'SUPPORTED_COMPRESSED_FORMATS', 'SUPPORTED_ENCODINGS', 'ImageConversionError', 'JointStateDecoder', 'JointStateError',
     'StampBook', 'chunk_to_joint_trajectory', 'chunk_to_multi_array', 'command_messages', 'primary_values',
-    'compressed_to_rgb', 'image_to_rgb',
+    'compressed_to_rgb', 'image_size', 'image_to_rgb',
     'joint_state_to_vector', 'make_header', 'rgb_to_compressed_msg', 'rgb_to_image_msg',
     'sec_to_stamp', 'stamp_to_sec',
 ]

@@ -7,6 +7,14 @@ expects).
 Image decoding is our own numpy/OpenCV path on every machine, also where ``cv_bridge`` exists: for
 the supported encodings it gives the same RGB array as ``CvBridge().imgmsg_to_cv2(msg, 'rgb8')``
 (padded rows honoured, alpha dropped, mono replicated), whichever way ROS 2 was installed.
+
+Hostile payloads: :func:`image_size` reads an image's width and height without decoding it (the
+raw message's fields, the PNG ``IHDR`` chunk, the JPEG ``SOF`` segment), so a small compressed
+payload that would decode to a huge picture (a "decompression bomb": 389 KB of PNG for 20000 x
+20000 pixels) is refused before any pixel is allocated; only PNG and JPEG payloads ever reach a
+decoder, and a JPEG with an absurd number of progressive scans is refused as well. OpenCV's own
+log lines are silenced when this module is imported: a corrupt payload is reported by the caller
+(the node counts it and logs the first of its kind), not by a stderr line per message.
 """
 
 from __future__ import annotations
@@ -19,9 +27,17 @@ from sensor_msgs.msg import CompressedImage, Image
 from oxygen_ros.ros.convert.stamps import make_header
 
 __all__ = [
-    'SUPPORTED_COMPRESSED_FORMATS', 'SUPPORTED_ENCODINGS', 'ImageConversionError',
-    'compressed_to_rgb', 'image_to_rgb', 'rgb_to_compressed_msg', 'rgb_to_image_msg',
+    'MAX_JPEG_SCANS', 'SUPPORTED_COMPRESSED_FORMATS', 'SUPPORTED_ENCODINGS', 'ImageConversionError',
+    'compressed_to_rgb', 'image_size', 'image_to_rgb', 'rgb_to_compressed_msg', 'rgb_to_image_msg',
 ]
+
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)  # see the module doc
+
+#: Most scans (SOS segments) a JPEG may hold: baseline has 1 per component, progressive ~10.
+MAX_JPEG_SCANS = 100
+_PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+# JPEG start-of-frame markers (SOF0-SOF15 except DHT C4, JPG C8, DAC CC): hold height and width
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 class ImageConversionError(ValueError):
@@ -91,6 +107,60 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(pixels), code)
 
 
+def image_size(msg: Image | CompressedImage) -> tuple[int, int]:
+    """``(width, height)`` in pixels of an image message, read without decoding its pixels.
+
+    Raw images: the message fields. Compressed images: the PNG ``IHDR`` chunk or the JPEG ``SOF``
+    segment (any JPEG process: baseline, progressive, lossless, arithmetic); the cost is a header
+    walk plus, for JPEG, one vectorised count of its scans.
+
+    Raises:
+        ImageConversionError: a compressed payload that is not PNG or JPEG, a truncated or
+            malformed header, or a JPEG with more than :data:`MAX_JPEG_SCANS` scans.
+    """
+    if isinstance(msg, Image):
+        return int(msg.width), int(msg.height)
+    head = bytes(msg.data[:24])
+    if head[:8] == _PNG_MAGIC:
+        if len(head) < 24 or head[12:16] != b'IHDR':
+            raise ImageConversionError('PNG without an IHDR chunk first (truncated or malformed)')
+        return int.from_bytes(head[16:20], 'big'), int.from_bytes(head[20:24], 'big')
+    if head[:2] == b'\xff\xd8':
+        return _jpeg_size(np.frombuffer(msg.data, dtype=np.uint8))
+    raise ImageConversionError(f'compressed payload is neither PNG nor JPEG (starts with {head[:4]!r})')
+
+
+def _jpeg_size(buf: np.ndarray) -> tuple[int, int]:
+    """``(width, height)`` of a JPEG from its first SOF segment (see :func:`image_size`)."""
+    scans = int(np.count_nonzero((buf[:-1] == 0xFF) & (buf[1:] == 0xDA)))  # FF DA never occurs in entropy data
+    if scans > MAX_JPEG_SCANS:
+        raise ImageConversionError(f'JPEG with {scans} scans (more than {MAX_JPEG_SCANS}): refused undecoded')
+    i, n = 2, buf.size
+    while i + 4 <= n:
+        if buf[i] != 0xFF:
+            raise ImageConversionError(f'malformed JPEG header (no marker at byte {i})')
+        marker = int(buf[i + 1])
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # standalone markers: no length
+            i += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            break  # end of image / start of scan before any frame header
+        length = (int(buf[i + 2]) << 8) | int(buf[i + 3])
+        if length < 2:
+            raise ImageConversionError(f'malformed JPEG segment length {length} at byte {i}')
+        if marker in _JPEG_SOF:
+            if i + 9 > n:
+                break
+            height = (int(buf[i + 5]) << 8) | int(buf[i + 6])
+            width = (int(buf[i + 7]) << 8) | int(buf[i + 8])
+            return width, height
+        i += 2 + length
+    raise ImageConversionError('JPEG without a frame header (truncated or malformed)')
+
+
 def _check_compressed_format(fmt: str) -> None:
     """Raise ImageConversionError unless ``fmt`` describes a JPEG/PNG colour payload.
 
@@ -118,12 +188,14 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         A uint8 array ``[H, W, 3]`` RGB.
 
     Raises:
-        ImageConversionError: unsupported format string, empty or corrupt payload.
+        ImageConversionError: unsupported format string, empty or corrupt payload, a payload that
+            is not PNG or JPEG (whatever ``format`` says), or one :func:`image_size` refuses.
     """
     _check_compressed_format(msg.format)
     buf = np.frombuffer(msg.data, dtype=np.uint8)
     if buf.size == 0:
         raise ImageConversionError(f'compressed image ({msg.format!r}) has no data')
+    image_size(msg)  # PNG or JPEG only (no other decoder is ever reached), header well-formed
     try:
         bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     except cv2.error as exc:

@@ -34,6 +34,7 @@ __all__ = ['LIVE_NODE_PARAMS', 'apply_live', 'is_live', 'refusal', 'updated_conf
 LIVE_NODE_PARAMS = frozenset({
     'instruction', 'state_tolerance_s', 'camera_max_age_s', 'camera_sync_s', 'time_jump_s',
     'command_max_hold_s', 'text_header', 'diagnostics_period_s', 'input_timeout_s',
+    'max_instruction_chars', 'max_image_pixels', 'chunk_timeout_s',
 })
 #: Parameters rclpy itself owns and handles (the clock source); never refused here.
 RCLPY_PARAMS = frozenset({'use_sim_time', 'start_type_description_service'})
@@ -130,6 +131,10 @@ def apply_live(node: Any, params: dict[str, Any]) -> str:
         return ''
     try:
         new = updated_config(node.cfg, values)
+        if len(new.instruction) > new.max_instruction_chars and ('instruction' in values
+                                                                  or 'max_instruction_chars' in values):
+            return (f'instruction has {len(new.instruction)} characters, more than max_instruction_chars = '
+                    f'{new.max_instruction_chars}')
         running = updated_config(dataclasses.replace(node.cfg, engine=node.engine.cfg, rtc=node.engine.rtc), values)
         node.engine.reconfigure(running.engine, running.rtc)  # validates first: nothing applied on error
     except (ConfigError, KeyError, ValueError) as exc:

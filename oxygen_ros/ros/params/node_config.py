@@ -21,6 +21,7 @@ from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpace
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.streams.text import HEADERS
 from oxygen_ros.core.rtc.config import RTCConfig
+from oxygen_ros.ros.params.model_access import access_specs, check_model_access, with_model_lock
 from oxygen_ros.ros.params.names import unknown_parameters
 from oxygen_ros.ros.params.specs import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
                                    task_specs)
@@ -36,6 +37,7 @@ DTYPES = ('', 'float32', 'bfloat16', 'float16')
 _S, _I, _F, _B = (Parameter.Type.STRING, Parameter.Type.INTEGER, Parameter.Type.DOUBLE,
                   Parameter.Type.BOOL)
 _SA = Parameter.Type.STRING_ARRAY
+_INT_MAX = 2**31 - 1
 
 
 def node_specs() -> list[ParamSpec]:
@@ -44,7 +46,8 @@ def node_specs() -> list[ParamSpec]:
     specs = [
         ParamSpec('autostart', _B, True, 'Configure and activate right after start-up.'),
         ParamSpec('model', _S, '', 'Checkpoint folder (openpi or LeRobot pi05) or a random-weight '
-                  'preset name (pi05, pi05-small, pi05-tiny). Required.'),
+                  'preset name (pi05, pi05-small, pi05-tiny). Required. Read-only while model_locked is true.'),
+        *access_specs(),
         ParamSpec('device', _S, '', "Torch device, e.g. 'cuda', 'cuda:1', 'cpu' ('' = CUDA if "
                   'available, else CPU).'),
         ParamSpec('dtype', _S, '', "Model dtype ('' = bfloat16 on CUDA, float32 on CPU).",
@@ -60,7 +63,16 @@ def node_specs() -> list[ParamSpec]:
         ParamSpec('instruction_qos', _S, 'reliable', 'QoS profile name of the instruction.',
                   choices=qos),
         ParamSpec('instruction', _S, '', 'Instruction used until one arrives on instruction_topic.'),
-        ParamSpec('ask_qos', _S, 'reliable', 'QoS profile name of the ask topics.', choices=qos),
+        ParamSpec('ask_qos', _S, 'reliable_keep_all', 'QoS profile name of the ask topics (keep all: '
+                  'a burst of asks is never overwritten in the reader).', choices=qos),
+        ParamSpec('max_instruction_chars', _I, 1000, 'Longest instruction accepted, characters (a '
+                  'longer one is refused and counted; the previous instruction stays).', 1, 1 << 20),
+        ParamSpec('max_image_pixels', _I, 1920 * 1200, 'Largest camera image accepted, width x height '
+                  'pixels, read from the message or the PNG/JPEG header before decoding (larger: '
+                  'dropped and counted).', 1, _INT_MAX),
+        ParamSpec('chunk_timeout_s', _F, 0.0, 'While observations arrive, no action chunk published '
+                  'for this long is an ERROR on /diagnostics, seconds (0 = automatic: the larger of 2 s, '
+                  '2 x input_timeout_s and 10 median frame times).', 0.0, 3600.0),
         ParamSpec('text_qos', _S, 'text', 'QoS profile name of the delta/text topics.', choices=qos),
         ParamSpec('text_header', _S, 'ask', "Utterance header on the text topics: 'ask' ([#3 Q: <ask>] or "
                   "[#7]), 'id' ([#3]) or 'none' (plain text).", choices=HEADERS),
@@ -159,6 +171,9 @@ class NodeConfig:
     debug_model_input: bool
     text_header: str = 'ask'
     input_timeout_s: float = 1.0
+    max_instruction_chars: int = 1000
+    max_image_pixels: int = 1920 * 1200
+    chunk_timeout_s: float = 0.0
     position_action_topic: str = 'action_chunk_positions'
     state_joint_names: tuple[str, ...] = ()  # read_node_config fills it (= joint_names when unset)
     action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
@@ -167,6 +182,8 @@ class NodeConfig:
     rtc: RTCConfig = field(default_factory=RTCConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # parameters given but unused (a task not in task_names): logged
+    model_locked: bool = True  # model read-only since start-up (params/model_access.py)
+    model_folders: tuple[str, ...] = ('/',)  # the checkpoint's real path lies inside one of these
 
 
 #: Optional joint lists of the action space (unset = empty: rcl's YAML parser rejects ``[]``).
@@ -219,7 +236,7 @@ def _task_names(node: Node) -> list[str]:
 
 def declare_node_params(node: Node) -> None:
     """Declare every parameter (idempotent: tasks added to ``task_names`` later get declared)."""
-    declare(node, node_specs())
+    declare(node, with_model_lock(node, node_specs()))  # model read-only if model_locked at start-up
     for name in _task_names(node):
         declare(node, task_specs(name))
 
@@ -255,6 +272,9 @@ def read_node_config(node: Node) -> NodeConfig:
     if not cameras:
         problems.append('cameras.<slot>.topic: no camera configured; set at least one of '
                         + ', '.join(f'cameras.{s}.topic' for s in IMAGE_SLOTS))
+    if len(values.get('instruction', '')) > values.get('max_instruction_chars', 1 << 30):
+        problems.append(f"instruction has {len(values['instruction'])} characters, more than "
+                        f"max_instruction_chars = {values['max_instruction_chars']}")
     if values.get('model') == '':
         problems.append('model is empty: give a checkpoint folder or a preset name')
     space = _action_space(node, values, problems)
@@ -268,6 +288,7 @@ def read_node_config(node: Node) -> NodeConfig:
         problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
                         "commands are not joint states; use command_type: float64_multi_array")
     unknown, notes = unknown_parameters(node, names)  # after every declaration above
+    notes += check_model_access(values, problems)  # model inside model_folders; warns if open to anyone
     problems += unknown
     if problems:
         raise ParamError(problems)

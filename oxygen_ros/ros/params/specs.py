@@ -63,6 +63,7 @@ class ParamSpec:
         description: one line for ``ros2 param describe`` (units included).
         lo, hi: inclusive numeric range (None: unbounded on that side).
         choices: allowed values of a string parameter (empty: any).
+        read_only: declared read-only: only its start-up value counts (rclpy refuses every change).
     """
 
     name: str
@@ -72,13 +73,14 @@ class ParamSpec:
     lo: float | None = None
     hi: float | None = None
     choices: tuple[str, ...] = ()
+    read_only: bool = False
 
     def descriptor(self, with_range: bool = True) -> ParameterDescriptor:
         """The rcl_interfaces descriptor (range only when ``with_range``)."""
         text = self.description
         if self.choices:
             text += f' One of: {", ".join(repr(c) for c in self.choices)}.'
-        d = ParameterDescriptor(name=self.name, type=self.ptype.value, description=text)
+        d = ParameterDescriptor(name=self.name, type=self.ptype.value, description=text, read_only=self.read_only)
         if with_range and (self.lo is not None or self.hi is not None):
             if self.ptype == Parameter.Type.INTEGER:
                 d.integer_range = [IntegerRange(
@@ -97,9 +99,9 @@ _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
     'tokens_per_frame': (1, 1024), 'min_decode_steps': (0, 1024), 'max_decode_steps': (1, 1024),
     'frame_deadline_s': (0.0, 3600.0), 'block_size': (1, 4096), 'kv_blocks': (0, None),
     'kv_memory_mb': (0.0, None), 'kv_memory_fraction': (0.0, 1.0),
-    'requests_per_frame': (0.0, 1000.0), 'max_running_requests': (0, 4096), 'max_queued_requests': (0, None),
+    'requests_per_frame': (0.0, 100.0), 'max_running_requests': (0, 4096), 'max_queued_requests': (0, None),
     'max_queue_wait_s': (0.0, None), 'max_overtakes': (0, None),
-    'seed': (0, None), 'num_denoise_steps': (0, 1000), 'max_request_tokens': (1, 1 << 20),
+    'seed': (0, None), 'num_denoise_steps': (0, 1000), 'max_request_tokens': (1, 16384), 'max_request_chars': (1, 1 << 20),
     'max_top_k': (1, 1 << 20),
 }
 _ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'compile': COMPILE_MODES, 'attention': ATTENTIONS,

@@ -13,11 +13,14 @@ Every request that ends is answered with an utterance, in order:
 - asks are opened when they are submitted (:meth:`Utterances.submit`), so several asks of one
   task are answered in the order they arrived; periodic requests open with their first output;
 - each utterance starts with a header (node parameter ``text_header``): ``ask`` (default)
-  ``[#3 Q: What do you see?] `` for an ask, ``[#7] `` for a periodic request; ``id`` only the
+  ``[#3 Q: What do you see?] `` for an ask (at most :data:`HEADER_ASK_CHARS` characters of the
+  question, then ``…``), ``[#7] `` for a periodic request; ``id`` only the
   request number; ``none`` nothing (plain text, e.g. for a text-to-speech consumer);
 - a request that ends for any reason other than finishing (rejected, expired, failed, cancelled)
   ends its utterance with a notice saying why, e.g. ``[request 3 expired: waited 30.0 s …]``,
   after whatever text it had produced;
+- an ask taken while the node is not active gets no request: it is answered at once with
+  :func:`ignored_notice` on the task's text topic;
 - an ask taken while the node has no observation yet (no camera image assembled since
   activation, or every camera silent for ``input_timeout_s``: it can only wait in the queue) gets an immediate *waiting notice* on the task's text
   topic (:func:`waiting_notice`), e.g. ``[request 3 waiting: no camera input yet; it waits up to
@@ -40,10 +43,12 @@ from dataclasses import dataclass, field
 from oxygen_ros.core.engine.requests import RequestResult
 from oxygen_ros.core.types import TextDelta
 
-__all__ = ['HEADERS', 'Emit', 'TaskTextStream', 'Utterances', 'end_notice', 'is_waiting_notice', 'waiting_notice']
+__all__ = ['HEADERS', 'HEADER_ASK_CHARS', 'Emit', 'TaskTextStream', 'Utterances', 'end_notice', 'header_echo', 'ignored_notice', 'is_waiting_notice', 'waiting_notice']
 
 #: Values of the ``text_header`` parameter.
 HEADERS = ('ask', 'id', 'none')
+#: The ``ask`` header echoes at most this many characters of the question (longer: a prefix and '…').
+HEADER_ASK_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,26 @@ def waiting_notice(request_id: int, max_wait_s: float, reason: str = 'no camera 
     return f'[request {request_id} waiting: {reason}; {wait}]'
 
 
+def ignored_notice(ask: str, reason: str) -> str:
+    """The reply to an ask the node does not take at all (it is not active): ``[ask ignored: the
+    node is inactive; asks are answered only while it is active] Q: What do you see?`` — a whole
+    text-topic message, no request id (none was created), the question echoed as in a header."""
+    return f'[ask ignored: {reason}] Q: {header_echo(ask)}'
+
+
 def is_waiting_notice(text: str) -> bool:
     """Whether a text-topic message is a :func:`waiting_notice` (not an utterance's end)."""
     head, sep, _ = text.partition(' waiting:')
     return bool(sep) and head.startswith('[request ') and head[len('[request '):].isdigit()
+
+
+def header_echo(ask: str) -> str:
+    """The question as the ``ask`` header echoes it: one line (whitespace collapsed), at most
+    :data:`HEADER_ASK_CHARS` characters (a longer one is cut and ends with ``…``), NUL-free."""
+    ask = _wire(' '.join(ask[:4 * HEADER_ASK_CHARS].split()))  # one line in `ros2 topic echo`
+    if len(ask) > HEADER_ASK_CHARS:  # a prefix, never a whole (possibly huge) question
+        ask = ask[:HEADER_ASK_CHARS - 1].rstrip() + '…'
+    return ask
 
 
 def _wire(text: str) -> str:
@@ -95,6 +116,7 @@ class _Utterance:
     header: str
     header_sent: bool = False
     deltas: list[str] = field(default_factory=list)  # not yet emitted
+    so_far: str = ''  # every delta's text (for :meth:`TaskTextStream.abandon`)
     final: str | None = None  # set when the request has ended
 
 
@@ -122,7 +144,7 @@ class TaskTextStream:
     def _header(self, request_id: int, ask: str) -> str:
         if self.header == 'none':
             return ''
-        ask = _wire(' '.join(ask.split()))  # one line in `ros2 topic echo`
+        ask = header_echo(ask)
         return f'[#{request_id} Q: {ask}] ' if self.header == 'ask' and ask else f'[#{request_id}] '
 
     def _get(self, request_id: int) -> _Utterance:
@@ -142,6 +164,7 @@ class TaskTextStream:
         utt = self._get(request_id)
         if text:
             utt.deltas.append(_wire(text))
+            utt.so_far += text
         return self._flush()
 
     def end(self, request_id: int, text: str, notice: str | None = None) -> list[Emit]:
@@ -155,6 +178,15 @@ class TaskTextStream:
             utt.deltas.append(tail)
         utt.final = utt.header + text + tail
         return self._flush()
+
+    def abandon(self, notice_of: Callable[[int], str]) -> list[Emit]:
+        """End every open utterance now with ``notice_of(request_id)`` (after the text it had),
+        in answer order: the last resort when the engine cannot end its requests itself."""
+        out: list[Emit] = []
+        for rid in list(self._open):
+            if self._open[rid].final is None:
+                out.extend(self.end(rid, self._open[rid].so_far, notice_of(rid)))
+        return out
 
     def _flush(self) -> list[Emit]:
         out: list[Emit] = []
@@ -212,6 +244,13 @@ class Utterances:
             for r in ended:
                 out.setdefault(r.task, []).extend(self._streams[r.task].end(r.id, r.text, end_notice(r)))
         return out
+
+    def abandon(self, reason: str, outcome: str = 'failed') -> dict[str, list[Emit]]:
+        """End every open utterance of every task with ``[request N <outcome>: <reason>]`` (see
+        :meth:`TaskTextStream.abandon`); the messages to publish per task."""
+        with self._lock:
+            return {task: emits for task, stream in self._streams.items()
+                    if (emits := stream.abandon(lambda rid: f'[request {rid} {outcome}: {reason}]'))}
 
     def set_header(self, header: str) -> None:
         """Header of the utterances opened from now on (the ``text_header`` parameter, live).
