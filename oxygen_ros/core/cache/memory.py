@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,18 +112,28 @@ def estimate(cfg: EngineConfig, model: ModelConfig, plan: PoolPlan, dtype: torch
 
 def available_bytes(device: torch.device) -> tuple[int, str]:
     """Memory available for new allocations on ``device``: free CUDA memory
-    (``torch.cuda.mem_get_info``), or the host's available memory (``psutil``; within a cgroup
-    v2 memory limit when the process runs under one, e.g. a container). Returns ``(bytes, where)``."""
+    (``torch.cuda.mem_get_info``), or the host's (:func:`host_available_bytes`). Returns
+    ``(bytes, where)``."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0]), f"free on {device}"
     return host_available_bytes(), "available on the host"
 
 
 def host_available_bytes() -> int:
-    """Host memory available to this process, in bytes (see :func:`available_bytes`)."""
-    import psutil
-
-    free = int(psutil.virtual_memory().available)
+    """Host memory available to this process, in bytes: the kernel's ``MemAvailable``
+    (``/proc/meminfo``; free physical pages elsewhere), within a cgroup v2 memory limit when the
+    process runs under one (a container). Plain standard library: the core runs where only torch
+    and numpy are installed."""
+    free = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if free is None:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     try:
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
@@ -130,7 +141,7 @@ def host_available_bytes() -> int:
             free = min(free, max(0, int(limit) - used))
     except (OSError, ValueError):
         pass
-    return free
+    return int(free)
 
 
 def check_fits(parts: list[MemoryPart], device: torch.device, share: float = USABLE_SHARE) -> None:
