@@ -87,10 +87,9 @@ def test_chunk_of_an_unknown_observation_is_refused():
 
 def node_cfg(model: str, space: ActionSpaceConfig, joints=tuple(f"j{i}" for i in range(14))) -> NodeConfig:
     """A NodeConfig with only what :func:`action_space` reads set meaningfully."""
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
-    plain = {f.name: "" for f in fields(NodeConfig) if f.name not in (
-        "position_action_topic", "action_space", "cameras", "engine", "task_topics")}
+    plain = {f.name: "" for f in fields(NodeConfig) if f.default is MISSING and f.default_factory is MISSING}
     return NodeConfig(**{**plain, "model": model, "joint_names": joints}, action_space=space)
 
 

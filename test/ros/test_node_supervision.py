@@ -99,7 +99,7 @@ def test_faults_never_kill_the_inference_thread_and_health_follows_the_chunks(tm
                                       'ERROR while no chunk is published')
                 assert 'one inference frame has run for' in stalled[2], stalled
                 wait_status(peer, stalled[0], lambda s: s[1] == 0, 30, 'OK once chunks flow again')
-                assert chunks_after(peer, stalled[0]) >= 3
+                assert peer.wait_for(lambda: chunks_after(peer, stalled[0]) >= 3, 10)
 
                 # 3. a fault outside the engine: the supervisor restarts the loop, the ask in flight ends
                 t3 = time.monotonic()
