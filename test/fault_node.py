@@ -9,8 +9,10 @@ Everything is the shipped node — its rclpy logger, executor, inference thread,
   that engine stage raises (a contained engine fault, :class:`oxygen_ros.bench.injection.FaultInjector`);
 - ``<stage>_always``: that stage raises on every call until ``clear``;
 - ``hang <seconds>``: the next denoise sleeps that long first (a stalled frame);
-- ``publish_text``: the next text publish raises (a fault of the node's own glue, outside the
-  engine's containment: the inference thread's supervisor handles it);
+- ``frame_stats``: the node's own frame handling (its frame statistics) raises on the next frame
+  that leaves a language request in flight — a fault of the node's glue, outside the engine's
+  containment: the inference thread's supervisor handles it, and the request is still in flight
+  when it does;
 - ``clear``: disarm everything.
 """
 
@@ -33,17 +35,17 @@ class _Faults:
     def __init__(self, node: node_module.OxygenNode) -> None:
         self.injector = FaultInjector(node.engine)
         self.always: set[str] = set()
-        self.publish_text_faults = 0
-        outputs = node.outputs
-        publish_text = outputs.publish_text
+        self.frame_stats_faults = 0
+        stats, engine = node.worker._stats, node.engine
+        record = stats.record
 
-        def faulty_publish_text(task, emits):
-            if self.publish_text_faults:
-                self.publish_text_faults -= 1
-                raise RuntimeError('injected fault in publish_text')
-            return publish_text(task, emits)
+        def faulty_record(*args, **kwargs):
+            if self.frame_stats_faults and engine.in_flight > 0:
+                self.frame_stats_faults -= 1
+                raise RuntimeError('injected fault in frame_stats')
+            return record(*args, **kwargs)
 
-        outputs.publish_text = faulty_publish_text
+        stats.record = faulty_record
         self.sub = node.create_subscription(String, '/test_fault', self.on_command, 10)
         self.log = node.get_logger()
 
@@ -68,12 +70,12 @@ class _Faults:
         elif cmd == 'hang':
             seconds = float(words[1])
             self.injector.on_next_call('denoise', lambda: time.sleep(seconds))
-        elif cmd == 'publish_text':
-            self.publish_text_faults += 1
+        elif cmd == 'frame_stats':
+            self.frame_stats_faults += 1
         elif cmd == 'clear':
             self.always.clear()
             self.injector.disarm()
-            self.publish_text_faults = 0
+            self.frame_stats_faults = 0
         self.log.info(f'test fault armed: {msg.data}')
 
 

@@ -65,7 +65,7 @@ class InferenceWorker:
         self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
         self.ended: dict[str, int] = dict.fromkeys(('rejected', 'expired', 'failed', 'cancelled'), 0)
         self._logged_faults: set[str] = set()
-        self._unsent: list[dict] = []  # text of the frame that ran while stopping (publish_unsent)
+        self._unsent: list[dict[str, list[Emit]]] = []  # frames' text not yet published (_publish_unsent)
         self.repeated_observations = 0
         self._last_stamp: float | None = None
         self.observed = False  # an observation went to the engine since start() (activation)
@@ -194,8 +194,12 @@ class InferenceWorker:
             ended = self._end_all(f'inference restarted after an error: {error}')
             self._engine.reset_chunks('inference restarted')
         except Exception:  # noqa: BLE001 — the engine itself is broken: still answer every ask
-            ended = self.abandon(f'inference failed: {error}')
             traceback.print_exc()
+            try:
+                ended = self.abandon(f'inference failed: {error}')
+            except Exception:  # noqa: BLE001 — nothing can be published now: the next restart tries again
+                traceback.print_exc()
+                ended = 0
         if ended:
             try:
                 self._log.warning(f'{ended} language requests ended by the restart')
@@ -266,6 +270,9 @@ class InferenceWorker:
         return f'no action chunk published for {since:.1f} s (chunk_timeout_s {timeout_s:.1f})'
 
     def _handle(self, result: FrameResult) -> None:
+        # the frame's text first: if anything below raises (the supervisor restarts the loop), the
+        # restart still publishes it — an answer that ended in this frame is never lost
+        self._unsent.append(self.utterances.frame(result.deltas, result.ended))
         self._stats.record(time.monotonic(), result.metrics, result.action is not None)
         if result.error:
             self._report('frame_dropped', result.error, WARN)
@@ -280,13 +287,24 @@ class InferenceWorker:
                 self.ended[r.outcome] += 1
                 if r.outcome != 'cancelled':  # a cancel is asked for, not a problem
                     self._report(f'request_{r.outcome}', f'request {r.id} ({r.task}) {r.outcome}: {r.reason}', WARN)
-        by_task = self.utterances.frame(result.deltas, result.ended)
-        if self._stop.is_set():  # the node is deactivating or shutting down: the node decides
-            self._unsent.append(by_task)
-        else:
-            for task, emits in by_task.items():
-                self._out.publish_text(task, emits)
+        if not self._stop.is_set():  # else the node is deactivating or shutting down: the node decides
+            self._publish_unsent()
         self._snapshot()
+
+    def _publish_unsent(self) -> None:
+        """Publish the text not yet published, oldest frame first, one message at a time; each
+        leaves the queue only once its publish returned. If a publish raises, it and everything
+        after it stay queued, and the supervisor's restart publishes them before the notices of
+        the requests it ends — a finished answer is never lost with the frame that failed."""
+        while self._unsent:
+            by_task = self._unsent[0]
+            while by_task:
+                task, emits = next(iter(by_task.items()))
+                while emits:
+                    self._out.publish_text(task, emits[:1])
+                    del emits[0]
+                del by_task[task]
+            del self._unsent[0]
 
     def end_requests(self, reason: str) -> int:
         """After :meth:`stop` (thread ended, publishers still active): publish the text of the
@@ -297,19 +315,18 @@ class InferenceWorker:
         return self._end_all(reason)
 
     def _end_all(self, reason: str) -> int:
-        """Publish the text held back while stopping, then cancel every request in flight with
-        ``reason`` (the concurrent schedule's granted decode steps run first) and publish the end of
-        each utterance. Runs in the thread that steps the engine (or after it ended)."""
+        """Publish the text not yet published (held back while stopping, or left by a publish
+        that raised), then cancel every request in flight with ``reason`` (the concurrent
+        schedule's granted decode steps run first) and publish the end of each utterance. Runs in
+        the thread that steps the engine (or after it ended)."""
+        self._publish_unsent()  # first, before the engine is asked anything
         flushed = self._engine.flush()  # the concurrent schedule's granted decode steps
         ended = flushed.ended + self._engine.cancel_all(reason)
         for r in ended:
             if r.outcome in self.ended:
                 self.ended[r.outcome] += 1
         self._unsent.append(self.utterances.frame(flushed.deltas, ended))
-        unsent, self._unsent = self._unsent, []
-        for by_task in unsent:
-            for task, emits in by_task.items():
-                self._out.publish_text(task, emits)
+        self._publish_unsent()
         self._snapshot()
         return len(ended)
 

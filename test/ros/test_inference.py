@@ -185,3 +185,57 @@ def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missi
     worker.stop()
     assert not worker.observed
     eng.close()
+
+
+class FlakyOutputs(FakeOutputs):
+    """Publishing raises once, on the message kind ``fail_on`` (a fault of the node's own glue)."""
+
+    def __init__(self, fail_on):
+        super().__init__()
+        self.fail_on = fail_on
+
+    def publish_text(self, task, emits):
+        for e in emits:
+            if e.kind == self.fail_on:
+                self.fail_on = None
+                raise RuntimeError("publish failed")
+            self.texts.append((task, e.kind, e.text))
+
+
+class RestartLog(FakeLog):
+    def warning(self, msg):
+        self.errors.append(msg)
+
+
+@pytest.mark.parametrize("schedule", ["serial", "concurrent"])
+@pytest.mark.parametrize("fail_on", ["text", "delta"])
+def test_a_publish_that_raises_loses_no_text_the_restart_publishes_it_first(fail_on, schedule):
+    """A frame whose text publish raises (the supervisor restarts the loop): what that frame had
+    not yet published goes out when the restart runs, before the notices of the requests it ends —
+    once, in order. Before, a request that finished in that frame vanished: its end was dropped
+    with the frame, and the restart found nothing in flight to end."""
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
+    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=1),
+                                                  TaskConfig("memory", "{text}", max_new_tokens=50)),
+                                           tokens_per_frame=1, schedule=schedule))
+    out = FlakyOutputs(fail_on)
+    worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, RestartLog(), frames=None)
+    worker.observed = True  # no waiting notices
+    short = worker.ask("conversation", "short?")  # finishes in its first frame (one token)
+    long = worker.ask("memory", "long?")  # still decoding when the loop restarts
+    with pytest.raises(RuntimeError, match="publish failed"):
+        for i in range(4):  # the concurrent schedule hands a frame's text out one frame later
+            eng.submit_observation(obs(i))
+            worker._handle(eng.step())
+    worker._restart_after(RuntimeError("publish failed"), 0.1)
+    texts = [t for t in out.texts if t[1] == "text"]
+    assert [t[0] for t in texts] == ["conversation", "memory"], out.texts
+    assert texts[0][2].startswith(f"[#{short} Q: short?] ") and "[request" not in texts[0][2], out.texts
+    assert texts[1][2].startswith(f"[#{long} Q: long?] ") and texts[1][2].endswith(
+        f"[request {long} cancelled: inference restarted after an error: RuntimeError: publish failed]")
+    for task in ("conversation", "memory"):  # the deltas add up to the text: nothing lost, nothing twice
+        assert "".join(t[2] for t in out.texts if t[:2] == (task, "delta")) == next(
+            t[2] for t in texts if t[0] == task), out.texts
+    assert worker.restarts == 1 and eng.in_flight == 0 and not worker._unsent
+    eng.check_invariants()
+    eng.close()

@@ -10,7 +10,7 @@
 2. A frame that hangs (a stalled denoise) turns /diagnostics to ERROR "no action chunk for …"
    while observations keep arriving — health comes from chunks actually published — and back once
    chunks flow again.
-3. A fault outside the engine's containment (publishing text raises) restarts the frame loop under
+3. A fault outside the engine's containment (the node's frame handling raises) restarts the frame loop under
    its supervisor: the ask in flight ends with a notice saying why, /diagnostics says ERROR
    ``inference_restarted``, and chunks resume.
 4. An ask sent while the node is inactive is answered at once with a notice (before: nothing).
@@ -103,13 +103,13 @@ def test_faults_never_kill_the_inference_thread_and_health_follows_the_chunks(tm
 
                 # 3. a fault outside the engine: the supervisor restarts the loop, the ask in flight ends
                 t3 = time.monotonic()
-                fault.publish(String(data='publish_text'))
-                time.sleep(0.5)  # armed before the ask's first text
+                fault.publish(String(data='frame_stats'))
+                time.sleep(0.5)  # armed before the ask is taken
                 ask.publish(String(data='and now?'))
                 ended = peer.wait_for(lambda: [m.data for m in peer.messages('conversation/text', t3)
                                                if 'Q: and now?]' in m.data], 30)
                 assert ended and '[request' in ended[0] and 'inference restarted after an error: RuntimeError: ' \
-                    'injected fault in publish_text' in ended[0], ended
+                    'injected fault in frame_stats' in ended[0], f'{ended}\n{log.read_text()[-4000:]}'
                 wait_status(peer, t3, lambda s: s[1] == 2 and 'inference_restarted' in s[2], 10,
                             'ERROR naming the restart')
                 t_restart = time.monotonic()
