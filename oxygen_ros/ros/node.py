@@ -34,6 +34,7 @@ from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedE
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
+from rclpy.utilities import get_default_context
 
 from oxygen_ros.ros.distro import events_executor
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog, log_at
@@ -269,6 +270,19 @@ class OxygenNode(LifecycleNode):
         self._release(wait_s)
         self.lifecycle_state = 'finalized'
 
+    def destroy_node(self) -> None:
+        """Destroy the node's endpoints and its lifecycle state machine.
+
+        rclpy's ``LifecycleNode.destroy_node`` leaves the state machine (its ``~/transition_event``
+        publisher) to the garbage collector, and the state machine keeps the node handle, and so
+        the DDS participant, alive. A process that then exits without the interpreter's
+        finalization (:func:`main`) never deletes its participant: every peer kept a ghost
+        ``/oxygen`` with only that publisher for the DDS lease (about 20 s), beside a restarted node
+        of the same name.
+        """
+        super().destroy_node()
+        self._state_machine.destroy_when_not_in_use()
+
     # ------------------------------------------------------------------ timers
     def _command_tick(self) -> None:
         outputs = self.outputs
@@ -351,7 +365,10 @@ def main(args: list[str] | None = None) -> NoReturn:
             executor.shutdown(timeout_sec=0.5)
             node.destroy_node()
             rclpy.try_shutdown()
-    # Everything is said and released, the ROS context is shut down. What is left is the
+            # the DDS participant is deleted with the context, not at its shutdown: without this,
+            # peers see a ghost of the node until the participant's lease runs out (~20 s)
+            get_default_context().destroy()
+    # Everything is said and released, the ROS context is gone. What is left is the
     # interpreter's own finalization — tearing down torch and its modules takes 1.5-3 s on a busy
     # robot computer, and `ros2 launch` escalates to SIGTERM 5 s after its SIGINT: skip it.
     sys.stdout.flush()

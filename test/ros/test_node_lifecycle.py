@@ -21,7 +21,7 @@ from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from oxygen_ros.ros.node import OxygenNode  # noqa: E402
 from oxygen_ros.ros.node_status import inference_status  # noqa: E402
-from ros_helpers import REPO  # noqa: E402
+from ros_helpers import REPO, RosPeer  # noqa: E402
 
 pytestmark = pytest.mark.ros
 OK, FAIL = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -94,3 +94,26 @@ def test_model_load_errors_fail_configure(make_node):
     assert 'no-such-model' in node.configure_error
     node2 = make_node('-p', 'model:=pi05-tiny', '-p', 'device:=nonsense')
     assert node2.trigger_configure() == FAIL and node2.engine is None
+
+
+def test_a_destroyed_node_leaves_the_graph_while_the_object_lives():
+    """rclpy's LifecycleNode.destroy_node leaves the lifecycle state machine to the garbage collector,
+    and with it the node handle: a destroyed node whose Python object was still referenced (a
+    reference cycle, a frozen heap) stayed in every peer's graph as a ghost ``/oxygen`` with only
+    ``/rosout`` and ``~/transition_event`` -- beside a new node of the same name on the domain."""
+    with domain_id() as dom:
+        ctx = Context()
+        rclpy.init(context=ctx, domain_id=dom, signal_handler_options=SignalHandlerOptions.NO,
+                   args=['--ros-args', '-p', 'model:=pi05-tiny'])
+        node = OxygenNode(context=ctx)
+        peer = RosPeer(dom, 'graph_watch')
+        try:
+            assert peer.wait_for(lambda: 'oxygen' in peer.node.get_node_names(), 20)
+            node.teardown()
+            node.destroy_node()
+            assert peer.wait_for(lambda: 'oxygen' not in peer.node.get_node_names(), 10), \
+                peer.node.get_publisher_names_and_types_by_node('oxygen', '/')
+        finally:
+            peer.close()
+            ctx.try_shutdown()
+        del node

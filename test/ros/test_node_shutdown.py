@@ -6,7 +6,8 @@ An answer is streaming (a long greedy budget at one token per frame) when the pr
 utterance in flight ends with ``[request N cancelled: node shutting down]`` on the task's text topic
 before the node's context goes away, and the process exits with status 0 within a few seconds —
 also when the signal arrives in the middle of a long frame (a stalled denoise, ``fault_node``'s
-``hang``), which is left to end with the process. (Before: the utterance just stopped.)
+``hang``), which is left to end with the process. (Before: the utterance just stopped.) The node is gone
+from the ROS graph when the process is: no ghost of it lingers for the DDS lease.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def test_a_signal_ends_every_answer_in_flight_then_the_process(tmp_path, sig, ha
                 assert code == 0, log.read_text()[-3000:]
                 assert took < 4.0, f'exit took {took:.1f} s'
                 assert ended and ended[0].rstrip().endswith('cancelled: node shutting down]'), ended
+                # the node leaves the graph with its process: a participant the process never deleted
+                # stays in every peer's graph, a ghost /oxygen, until its DDS lease ends (~20 s)
+                assert peer.wait_for(lambda: 'oxygen' not in peer.node.get_node_names(), 5), \
+                    f'a ghost of the node is still in the graph: {peer.node.get_node_names_and_namespaces()}'
                 feed.stop()
         finally:
             peer.close()
