@@ -103,6 +103,11 @@ def check_policy(cfg: "NodeConfig", policy: "Pi05Policy") -> None:
     if unknown:
         raise ValueError(f'cameras.{unknown[0]}.topic: the model has no image slot '
                          f'{unknown[0]!r} (slots: {list(slots)})')
+    width = policy.cfg.action_dim
+    if len(cfg.joint_names) > width:
+        raise ValueError(f'joint_names has {len(cfg.joint_names)} joints but pi0.5 actions are at most {width} wide '
+                         f"(the model's padded action dimension): command at most {width} joints with this "
+                         'policy and leave the rest (e.g. legs) to their own controllers')
     state_names = cfg.state_joint_names or cfg.joint_names
     for what, dim, param, names in (('state', policy.normalizer.state_dim, 'state_joint_names' if cfg.state_joint_names
                                      and cfg.state_joint_names != cfg.joint_names else 'joint_names', state_names),

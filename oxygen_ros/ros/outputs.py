@@ -21,7 +21,8 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.convert import command_messages, primary_values, rgb_to_image_msg, sec_to_stamp
+from oxygen_ros.ros.convert import (chunk_to_joint_trajectory, command_messages, primary_values, rgb_to_image_msg,
+                                    sec_to_stamp)
 from oxygen_ros.core.action_space import RobotCommand
 from oxygen_ros.core.processing import resize_with_pad
 from oxygen_ros.core.types import ActionChunk
@@ -65,9 +66,16 @@ class Outputs:
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
         self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
         self.command = None
-        if cfg.action_rate_hz > 0:
+        if cfg.action_rate_hz > 0 and not cfg.controllers:
             cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
             self.command = self._pub(cmd_type, cfg.command_topic, cfg.command_qos)
+        # ros2_control controller groups (params/controllers.py): (group, publisher)
+        self.trajectory_groups, self.forward_groups = [], []
+        for g in cfg.controllers:
+            if g.type == 'joint_trajectory':
+                self.trajectory_groups.append((g, self._pub(JointTrajectory, g.topic, cfg.action_qos)))
+            else:
+                self.forward_groups.append((g, self._pub(Float64MultiArray, g.topic, cfg.command_qos)))
         self.model_input = {}
         if cfg.debug_model_input:
             for slot in slots:
@@ -109,11 +117,20 @@ class Outputs:
             self._report('action_refused', f'action chunk of frame {chunk.frame_id} not '
                          f'published: {exc}', ERROR)
             return False
+        group_msgs = []
+        if self.trajectory_groups:
+            # Checked (shape, finite) by command_messages above; one stamp for every group.
+            stamp, column = main.header.stamp, {j: i for i, j in enumerate(cmd.position_joints)}
+            group_msgs = [(pub, chunk_to_joint_trajectory(cmd.positions[:, [column[j] for j in g.joints]], g.joints,
+                                                          stamp, self._cfg.control_period_s, self._cfg.frame_id))
+                          for g, pub in self.trajectory_groups]
         self.action.publish(main)
         if positions is not None and self.position_action is not None:
             self.position_action.publish(positions)
+        for pub, msg in group_msgs:
+            pub.publish(msg)
         self.chunks += 1
-        if self.command is not None:
+        if self.command is not None or self.forward_groups:
             names, values, _ = primary_values(cmd)
             self._command_names = names
             self.command_stream.set_chunk(values, chunk.stamp)
@@ -139,8 +156,10 @@ class Outputs:
 
     # ------------------------------------------------------------------ command timer
     def publish_command(self, now: float) -> bool:
-        """One command tick at ``now`` (node clock, seconds). Returns True if a command went out."""
-        if self.command is None:
+        """One command tick at ``now`` (node clock, seconds): the whole-robot command on
+        ``command_topic``, or with controller groups one Float64MultiArray per ``forward_command``
+        group (its joints, in its order). Returns True if a command went out."""
+        if self.command is None and not self.forward_groups:
             return False
         sample = self.command_stream.sample(now)
         if sample.positions is None:
@@ -148,6 +167,12 @@ class Outputs:
                 self._report('command_expired', 'per-step commands paused: the newest chunk has '
                              'expired (no new chunk in time)', WARN)
             return False
+        if self.forward_groups:
+            column = {j: i for i, j in enumerate(self._command_names)}
+            for g, pub in self.forward_groups:
+                pub.publish(Float64MultiArray(data=[float(sample.positions[column[j]]) for j in g.joints]))
+            self.commands += 1
+            return True
         header_stamp = sec_to_stamp(now)
         if self._cfg.command_type == 'joint_state':
             msg = JointState(name=list(self._command_names))

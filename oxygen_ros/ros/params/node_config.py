@@ -21,6 +21,8 @@ from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpace
 from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.ros.streams.text import HEADERS
 from oxygen_ros.core.rtc.config import RTCConfig
+from oxygen_ros.ros.params.controllers import (ControllerGroup, check_groups, declare_controller_params,
+                                                read_controller_groups)
 from oxygen_ros.ros.params.model_access import access_specs, check_model_access, with_model_lock
 from oxygen_ros.ros.params.names import unknown_parameters
 from oxygen_ros.ros.params.specs import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
@@ -181,6 +183,7 @@ class NodeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     rtc: RTCConfig = field(default_factory=RTCConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
+    controllers: tuple[ControllerGroup, ...] = ()  # ros2_control controller groups (params/controllers.py)
     notes: tuple[str, ...] = ()  # parameters given but unused (a task not in task_names): logged
     model_locked: bool = True  # model read-only since start-up (params/model_access.py)
     model_folders: tuple[str, ...] = ('/',)  # the checkpoint's real path lies inside one of these
@@ -239,6 +242,7 @@ def declare_node_params(node: Node) -> None:
     declare(node, with_model_lock(node, node_specs()))  # model read-only if model_locked at start-up
     for name in _task_names(node):
         declare(node, task_specs(name))
+    declare_controller_params(node)
 
 
 def read_node_config(node: Node) -> NodeConfig:
@@ -287,6 +291,10 @@ def read_node_config(node: Node) -> NodeConfig:
             and values.get('command_type') == 'joint_state'):
         problems.append("command_type='joint_state' with action_space.kind='ee_delta': end-effector "
                         "commands are not joint states; use command_type: float64_multi_array")
+    groups = read_controller_groups(node, problems)
+    if space is not None and joints is not None:
+        problems += check_groups(groups, tuple(joints), space.kind, values.get('action_rate_hz', 0.0),
+                                 {values.get('action_topic'): 'action_topic'})
     unknown, notes = unknown_parameters(node, names)  # after every declaration above
     notes += check_model_access(values, problems)  # model inside model_folders; warns if open to anyone
     problems += unknown
@@ -309,7 +317,8 @@ def read_node_config(node: Node) -> NodeConfig:
     plain = {k: v for k, v in values.items() if '.' not in k and k not in ('task_names', 'autostart')}
     plain['joint_names'] = tuple(plain['joint_names'])
     return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
-                      cameras=cameras, engine=engine, task_topics=topics, rtc=rtc, notes=tuple(notes))
+                      cameras=cameras, engine=engine, task_topics=topics, rtc=rtc, notes=tuple(notes),
+                      controllers=groups)
 
 
 class ParamsFileError(ValueError):
