@@ -19,14 +19,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-from tqdm import tqdm
+if TYPE_CHECKING:  # the heavy imports come after argument parsing (a bad flag fails at once)
+    import numpy as np
 
-from oxygen_ros.core.action_space import ActionSpace
-from oxygen_ros.core.config import ConfigError
-from oxygen_ros.stats.compute import Episode, episode_stats
-from oxygen_ros.stats.write import write_stats
+    from oxygen_ros.core.action_space import ActionSpace
+    from oxygen_ros.stats.compute import Episode
 
 __all__ = ["StatsError", "read_episode", "main"]
 
@@ -41,8 +40,10 @@ def _topic(name: str) -> str:
     return name if name.startswith("/") else "/" + name
 
 
-def _pick(msg, names: tuple[str, ...], fields: list[str]) -> np.ndarray | None:
+def _pick(msg, names: tuple[str, ...], fields: list[str]) -> "np.ndarray | None":
     """Values of ``names`` from a JointState (``fields[i]`` = position / velocity), None if absent."""
+    import numpy as np
+
     index: dict[str, int] = {}
     for i, n in enumerate(msg.name):
         index.setdefault(n, i)
@@ -65,7 +66,11 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
         StatsError: the bag cannot be read, a topic is absent or of the wrong type, or no message
             of a topic carries every configured joint (the missing joints are listed).
     """
+    import numpy as np
+    from tqdm import tqdm
+
     from oxygen_ros.bags.reader import BagError, BagInput, typestore
+    from oxygen_ros.stats.compute import Episode
 
     names, state_names = space.joint_names, space.state_names
     state_fields = ["position"] * len(state_names)
@@ -151,7 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--asset-id", default="robot", help="openpi assets/<asset_id>/norm_stats.json")
     p.add_argument("--horizon", type=int, default=0, help="delta chunk length (0: the checkpoint's, else 50)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace statistics already in --out (each replaced file is kept as <file>.bak[.N])")
     return p
+
+
+def zero_range_joints(stats: dict, space: "ActionSpace") -> list[str]:
+    """``'<state|actions> <joint>'`` for every dimension whose q01 == q99 (or std == 0): it never
+    moved in the bags, so normalisation maps it to a constant and the policy cannot use it."""
+    out = []
+    for name, st in stats.items():
+        for j, joint in enumerate(space.state_names if name == "state" else space.joint_names):
+            if st.q99[j] - st.q01[j] <= 0 or st.std[j] <= 0:
+                out.append(f"{name} {joint}")
+    return out
 
 
 def _horizon(out: Path, asked: int) -> int:
@@ -168,12 +186,24 @@ def _horizon(out: Path, asked: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; returns the exit status (0 ok, 2 bad input)."""
-    from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
-
+    """Console entry point; returns the exit status (0 ok, 2 bad input or statistics that exist
+    in ``--out`` without ``--overwrite``)."""
     args = build_parser().parse_args(argv)
+
+    from oxygen_ros.core.action_space import ActionSpace
+    from oxygen_ros.core.config import ConfigError
+    from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
+    from oxygen_ros.stats.compute import episode_stats
+    from oxygen_ros.stats.write import backup, stats_targets, write_stats
+
     progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"
     try:
+        layout = _layout(args.out, args.layout)
+        existing = [f for f in stats_targets(args.out, layout, args.asset_id) if f.is_file()]
+        if existing and not args.overwrite:
+            raise StatsError(f"{args.out} already holds normalisation statistics ({', '.join(map(str, existing))}): "
+                             "they may be the checkpoint's own; write elsewhere with --out, or pass --overwrite to "
+                             "replace them (each replaced file is kept as <file>.bak)")
         cfg = load_node_config(args.params_file, args.param)
         space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
         episodes, drops = [], {}
@@ -184,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 drops[k] = drops.get(k, 0) + v
         horizon = _horizon(args.out, args.horizon)
         stats = episode_stats(episodes, space, horizon)
-        layout = _layout(args.out, args.layout)
+        backups = [(f, backup(f)) for f in existing]
         files = write_stats(args.out, stats, layout, args.asset_id)
     except (StatsError, ParamsFileError, ConfigError, ValueError) as exc:
         print(f"norm_stats: error: {exc}", file=sys.stderr)
@@ -194,10 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"norm stats from {len(episodes)} bag(s): {n_s} states, {n_a} commands (action space {space.kind}"
           f"{f', delta chunks of {horizon}' if space.kind == 'delta' else ''}); unusable messages: "
           f"{ {k: v for k, v in drops.items() if v} or 'none'}")
+    flat = zero_range_joints(stats, space)
     for name, st in stats.items():
         for j, joint in enumerate(space.state_names if name == "state" else space.joint_names):
+            mark = "  <- zero range" if f"{name} {joint}" in flat else ""
             print(f"  {name:7s} {joint:24s} q01 {st.q01[j]: .5f}  q99 {st.q99[j]: .5f}  mean {st.mean[j]: .5f}  "
-                  f"std {st.std[j]: .5f}")
+                  f"std {st.std[j]: .5f}{mark}")
+    if flat:
+        print(f"norm_stats: warning: zero range (q01 == q99) for {len(flat)} dimension(s): {', '.join(flat)} — "
+              "they never moved in these bags, so the policy sees a constant there; record episodes in which "
+              "they move", file=sys.stderr)
+    for old, bak in backups:
+        print(f"replaced {old} (the previous file is kept as {bak})")
     print(f"wrote ({layout} layout): " + ", ".join(str(f) for f in files))
     return 0
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +45,39 @@ def _update(path: Path, stats: dict[str, NormStats], which: tuple[str, ...]) -> 
     save_file(flat, str(path))
 
 
+def stats_targets(folder: str | Path, layout: str = "openpi", asset_id: str = "robot") -> list[Path]:
+    """The files :func:`write_stats` writes into ``folder`` (existing or not), in its order.
+
+    Raises:
+        ValueError: unknown layout; CheckpointError: a malformed LeRobot pipeline file.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+    folder = Path(folder)
+    if layout == "openpi":
+        return [folder / "assets" / asset_id / "norm_stats.json"]
+    pre = _steps_files(folder, cf.PRE_JSON, "normalizer_processor")
+    if not pre:
+        return [folder / cf.PRE_JSON, folder / cf.POST_JSON, folder / cf.PRE_STATS, folder / cf.POST_STATS]
+    return pre + _steps_files(folder, cf.POST_JSON, "unnormalizer_processor")
+
+
+def backup(path: Path) -> Path:
+    """Copy ``path`` to ``<path>.bak``, or the first free ``<path>.bak.N`` (N = 1, 2, …) — an older
+    backup is never replaced. Returns the backup's path."""
+    target = path.with_name(path.name + ".bak")
+    n = 0
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.bak.{n}")
+    shutil.copy2(path, target)
+    return target
+
+
 def write_stats(folder: str | Path, stats: dict[str, NormStats], layout: str = "openpi",
                 asset_id: str = "robot") -> list[Path]:
-    """Write ``stats`` (``{"state", "actions"}``) into ``folder`` in the given layout.
+    """Write ``stats`` (``{"state", "actions"}``) into ``folder`` in the given layout (the files of
+    :func:`stats_targets`; whether existing ones may be replaced is the caller's decision).
 
     Returns:
         The files written.
@@ -54,8 +85,7 @@ def write_stats(folder: str | Path, stats: dict[str, NormStats], layout: str = "
     Raises:
         ValueError: unknown layout or stats other than ``state`` / ``actions``.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+    targets = stats_targets(folder, layout, asset_id)
     unknown = sorted(set(stats) - set(_NAMES))
     if unknown:
         raise ValueError(f"only 'state' and 'actions' stats are written, got also {unknown}")
@@ -63,17 +93,16 @@ def write_stats(folder: str | Path, stats: dict[str, NormStats], layout: str = "
     folder.mkdir(parents=True, exist_ok=True)
     if layout == "openpi":
         cf.write_openpi_stats(folder, stats, asset_id)
-        return [folder / "assets" / asset_id / "norm_stats.json"]
+        return targets
     pre = _steps_files(folder, cf.PRE_JSON, "normalizer_processor")
-    post = _steps_files(folder, cf.POST_JSON, "unnormalizer_processor")
     if not pre:
         cf.write_lerobot_stats(folder, stats, get_preset("pi05"))
-        return [folder / cf.PRE_JSON, folder / cf.POST_JSON, folder / cf.PRE_STATS, folder / cf.POST_STATS]
+        return targets
     for path in pre:
         _update(path, stats, ("state", "actions"))
-    for path in post:
+    for path in _steps_files(folder, cf.POST_JSON, "unnormalizer_processor"):
         _update(path, stats, ("actions",))
-    return pre + post
+    return targets
 
 
-__all__ = ["LAYOUTS", "write_stats"]
+__all__ = ["LAYOUTS", "backup", "stats_targets", "write_stats"]

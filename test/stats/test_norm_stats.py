@@ -68,8 +68,10 @@ def test_lerobot_folder_gets_its_processor_files_updated(tmp_path):
     pre_json = (tmp_path / "ckpt" / cf.PRE_JSON).read_text()
     states, cmds = known_bag(tmp_path / "b1", seed=1)
     states2, cmds2 = known_bag(tmp_path / "b2", seed=2)
-    assert main([str(tmp_path / "b1"), str(tmp_path / "b2"), "--params-file", str(params(tmp_path)),
-                 "--out", str(tmp_path / "ckpt"), "--progress", "off"]) == 0
+    argv = [str(tmp_path / "b1"), str(tmp_path / "b2"), "--params-file", str(params(tmp_path)),
+            "--out", str(tmp_path / "ckpt"), "--progress", "off"]
+    assert main(argv) == 2  # the checkpoint's own stats are there: never replaced without --overwrite
+    assert main(argv + ["--overwrite"]) == 0
     stats, info = cf.read_lerobot_stats(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / cf.PRE_JSON).read_text() == pre_json  # pipelines untouched
     np.testing.assert_allclose(stats["state"].q99, np.quantile(np.concatenate([states, states2]), 0.99, axis=0),
@@ -109,3 +111,51 @@ def test_missing_topic_and_joints_are_clear_errors(tmp_path, capsys):
     assert main([str(tmp_path / "missing_bag"), "--params-file", str(p), "--out", str(tmp_path / "o"),
                  "--progress", "off"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_existing_stats_are_kept_unless_overwrite_and_every_replaced_file_is_backed_up(tmp_path, capsys):
+    known_bag(tmp_path / "bag")
+    argv = [str(tmp_path / "bag"), "--params-file", str(params(tmp_path)), "--out", str(tmp_path / "ckpt"),
+            "--progress", "off"]
+    stats_file = tmp_path / "ckpt" / "assets" / "robot" / "norm_stats.json"
+    stats_file.parent.mkdir(parents=True)
+    stats_file.write_text("the checkpoint's own")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "already holds normalisation statistics" in err and str(stats_file) in err and "--overwrite" in err
+    assert stats_file.read_text() == "the checkpoint's own"  # untouched
+    assert main(argv + ["--overwrite"]) == 0
+    out = capsys.readouterr().out
+    bak = stats_file.with_name("norm_stats.json.bak")
+    assert bak.read_text() == "the checkpoint's own" and f"kept as {bak}" in out
+    first = stats_file.read_text()
+    assert main(argv + ["--overwrite"]) == 0  # a second overwrite never clobbers the first backup
+    assert bak.read_text() == "the checkpoint's own"
+    assert stats_file.with_name("norm_stats.json.bak.1").read_text() == first
+
+
+def test_zero_range_joints_are_warned_about_by_name(tmp_path, capsys):
+    known_bag(tmp_path / "bag")
+    from oxygen_ros.bags.writer import BagOutput as Out
+
+    out = Out(tmp_path / "still")  # the gripper never moves: 10 s of a parked gripper
+    for i in range(40):
+        t = 1_000_000_000 + i * 20_000_000
+        out.write("/joint_states", t, JointState(name=list(JOINTS), position=[0.01 * i, -0.02 * i, 0.5]))
+        out.write("/commanded_action", t, JointState(name=list(JOINTS), position=[0.01 * i, 0.03 * i, 0.5]))
+    out.close()
+    assert main([str(tmp_path / "still"), "--params-file", str(params(tmp_path)), "--out", str(tmp_path / "o"),
+                 "--progress", "off"]) == 0
+    cap = capsys.readouterr()
+    assert "warning: zero range (q01 == q99) for 2 dimension(s): state grip, actions grip" in cap.err
+    assert cap.out.count("<- zero range") == 2
+
+
+def test_a_bad_flag_fails_before_torch_or_rclpy_is_imported():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom oxygen_ros.stats.tool import main\ntry:\n    main(['--no-such-flag'])\n"
+            "except SystemExit as e:\n    print(e.code, sorted(m for m in ('torch', 'rclpy') if m in sys.modules))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.stdout.strip() == "2 []", got.stderr
