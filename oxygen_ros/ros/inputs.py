@@ -98,6 +98,7 @@ class InputHandler:
         self.ignored_inactive = 0
         self.dropped_images = 0  # refused before decoding: not PNG/JPEG, malformed header, too large
         self.refused_instructions = 0
+        self.instructions = 0  # accepted from instruction_topic
         self.zero_stamps = 0
         self.stamps = StampBook()
         self._subs: list[Any] = []
@@ -257,6 +258,7 @@ class InputHandler:
                          f'max_instruction_chars = {self._cfg.max_instruction_chars}); the previous one stays')
             return
         self._asm.set_instruction(msg.data)
+        self.instructions += 1
 
     def _on_ask(self, task: str, msg: String) -> None:
         if not self.active:

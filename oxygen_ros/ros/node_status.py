@@ -27,7 +27,10 @@ from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.ros.diagnostics import ERROR, OK, STALE, WARN, FrameStats, ProblemLog, build_status
 
-__all__ = ['NodeView', 'chunk_timeout', 'compile_notes', 'inference_status']
+__all__ = ['INSTRUCTION_SHOWN', 'NodeView', 'chunk_timeout', 'compile_notes', 'inference_status']
+
+#: Characters of the current instruction shown under the ``instruction`` key (the rest is cut).
+INSTRUCTION_SHOWN = 200
 
 
 class NodeView(Protocol):
@@ -73,6 +76,7 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     values.update(faults_total=faults.total, **{f'faults_{k}': v for k, v in sorted(faults.counts.items())})
     values.update(kv_pool_requests_in_flight=node.engine.pool_plan.sustained)
     values.update(node.assembler.counts())
+    values.update(instruction=node.assembler.instruction[:INSTRUCTION_SHOWN])
     if node.worker is not None:
         last = node.worker.last_chunk_at
         values.update(inference_restarts=node.worker.restarts,
@@ -81,6 +85,7 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
     if node.inputs is not None:
         values.update(asks=node.inputs.asks, ignored_while_inactive=node.inputs.ignored_inactive,
                       images_dropped_undecoded=node.inputs.dropped_images,
+                      instructions_received=node.inputs.instructions,
                       instructions_refused=node.inputs.refused_instructions)
         values.update({f'joint_states_{k}': v for k, v in node.inputs.joint_state_counts.items()})
         values.update({f'since_last_message_s {k}': -1 if v is None else v

@@ -154,6 +154,25 @@ def test_ask_errors(oxygen):
     assert empty.returncode == 2 and 'empty' in empty.stderr, empty
 
 
+def test_instruct_gives_the_node_its_task_and_status_shows_it(oxygen):
+    try:
+        r = oxygen.run('instruct', 'stack the blocks')
+        assert r.returncode == 0 and r.stdout == 'instruction set: stack the blocks\n', r
+        r = oxygen.run('status', '--key', 'instruction*')
+        assert '  instruction: stack the blocks' in r.stdout.splitlines(), r.stdout
+        assert any(line.startswith('  instructions_received: ') and int(line.split(': ')[1]) >= 1
+                   for line in r.stdout.splitlines()), r.stdout
+    finally:
+        assert oxygen.run('instruct', 'pick up the red cube').returncode == 0  # config/oxygen.yaml's
+
+
+def test_instruct_errors(oxygen):
+    empty, long = oxygen.run_all(['instruct', ' '], ['instruct', 'x' * 1001])
+    assert empty.returncode == 2 and 'the instruction is empty' in empty.stderr, empty
+    assert long.returncode == 2 and "1001 characters, more than the node's max_instruction_chars = 1000" \
+        in long.stderr, long
+
+
 def test_listen_prints_utterances_of_a_periodic_task(oxygen):
     oxygen.start_feed()
     r = oxygen.run('listen', 'memory', '--count', '2')
@@ -307,7 +326,7 @@ def test_a_bad_template_set_while_unconfigured_fails_configure_naming_it(oxygen)
         assert run('lifecycle', 'activate').returncode == 0
 
 
-@pytest.mark.parametrize('argv', [['ask'], ['listen'], ['status'], ['params'], ['params', 'list'], ['params', 'get'],
+@pytest.mark.parametrize('argv', [['ask'], ['instruct'], ['listen'], ['status'], ['params'], ['params', 'list'], ['params', 'get'],
                                   ['params', 'set'], ['params', 'describe'], ['lifecycle']])
 def test_every_verb_has_help(argv, capsys):
     with pytest.raises(SystemExit) as done:

@@ -22,7 +22,7 @@ from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
 __all__ = ['DEFAULT_TIMEOUT_S', 'build_parser', 'main']
 
 #: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
-DEFAULT_TIMEOUT_S = {'ask': 120.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
+DEFAULT_TIMEOUT_S = {'ask': 120.0, 'instruct': 20.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
                      'transition': 300.0}
 
 _EXIT_CODES = """exit status: 0 success; 1 failed (answer ended with a notice, value refused, transition
@@ -40,6 +40,7 @@ _ROS2 = {
     'ask': 'ros2 topic echo /conversation/delta, then '
            "ros2 topic pub --once /ask std_msgs/String \"{data: 'What do you see?'}\"",
     'listen': 'ros2 topic echo /conversation/text (one topic per command)',
+    'instruct': "ros2 topic pub --once /instruction std_msgs/String \"{data: 'fold the towel'}\"",
     'status': 'ros2 topic echo /diagnostics',
     'params': 'ros2 param list|get|set|describe /oxygen ...',
     'lifecycle': 'ros2 lifecycle get|set /oxygen <transition>',
@@ -89,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb('ask', 'ask a language task a question and print the streamed answer', _ASK)
     p.add_argument('text', metavar='TEXT', help='the question (quote it)')
     p.add_argument('--task', default='conversation', help='language task to ask (default: conversation)')
+
+    p = verb('instruct', 'give the node its task instruction (what the policy is to do)',
+             'Publish TEXT once on the node\'s instruction topic (instruction_topic, instruction_qos), after\n'
+             "the node's subscription has matched, and wait until its /diagnostics shows it as the current\n"
+             'instruction: every following observation carries it. The node must be configured.\n'
+             'Exit 0 when the node took it, 1 when it did not within --timeout.')
+    p.add_argument('text', metavar='TEXT', help='the instruction (quote it), e.g. "fold the towel"')
 
     p = verb('listen', "print the language tasks' utterances as they stream, one line each",
              'Print every finished utterance of the tasks as "<task>: <text>", streaming one at a time\n'
@@ -146,6 +154,8 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
     with Peer(args.node, timeout) as peer:
         if args.verb == 'ask':
             return text.ask(peer, args.text, args.task, out, err)
+        if args.verb == 'instruct':
+            return text.instruct(peer, args.text, out)
         if args.verb == 'listen':
             return text.listen(peer, args.tasks, args.count, args.duration, out)
         if args.verb == 'status':

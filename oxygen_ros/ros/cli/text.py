@@ -1,4 +1,5 @@
-"""``oxygen ask`` and ``oxygen listen``: language tasks over the node's ask, delta and text topics.
+"""``oxygen ask``, ``oxygen listen`` and ``oxygen instruct``: language tasks over the node's ask, delta and
+text topics, and the task instruction over its instruction topic.
 
 Topics, QoS profiles and the utterance header are read from the node's parameters
 (``tasks.<task>.ask_topic`` / ``delta_topic`` / ``text_topic``, ``ask_qos``, ``text_qos``,
@@ -18,7 +19,7 @@ from oxygen_ros.ros.cli.peer import EXIT_USAGE, CliError, Peer, resolve_topic
 from oxygen_ros.ros.cli.utterances import AskReader, LinePrinter
 from oxygen_ros.ros.qos import qos_from_name, reliable_qos, text_qos
 
-__all__ = ['ask', 'listen']
+__all__ = ['ask', 'instruct', 'listen']
 
 #: After the node's own endpoint is matched, how long to wait for the topic's other endpoints too.
 _OTHERS_GRACE_S = 2.0
@@ -137,4 +138,51 @@ def listen(peer: Peer, tasks: Sequence[str], count: int, duration: float | None,
         peer.node.create_subscription(String, topics[t]['delta'], lambda m, t=t: printer.delta(t, m.data), qos)
         peer.node.create_subscription(String, topics[t]['text'], lambda m, t=t: printer.text(t, m.data), qos)
     peer.spin_for(duration, stop=lambda: count > 0 and printer.finished >= count)
+    return 0
+
+
+def instruct(peer: Peer, instruction: str, out: Callable[[str], None]) -> int:
+    """Give the node its task instruction: publish ``instruction`` once on its ``instruction_topic``
+    (with its ``instruction_qos``) after the node's subscription has matched, then wait for the
+    node's ``/diagnostics`` to show it as the current ``instruction`` (the following observations
+    carry it) and write ``instruction set: <text>``.
+
+    Returns:
+        0: the node took it.
+
+    Raises:
+        CliError: empty or too long (``max_instruction_chars``) text, node missing (code 2); node
+            not configured, no match or no confirmation within the peer's timeout (code 1).
+    """
+    from oxygen_ros.ros.cli.status import StatusWatch
+    from oxygen_ros.ros.node_status import INSTRUCTION_SHOWN
+
+    if not instruction.strip():
+        raise CliError('the instruction is empty', EXIT_USAGE)
+    deadline = time.monotonic() + peer.timeout
+    peer.find_node()
+    values = peer.parameters(['instruction_topic', 'instruction_qos', 'max_instruction_chars'])
+    limit = values['max_instruction_chars']
+    if isinstance(limit, int) and len(instruction) > limit:
+        raise CliError(f'the instruction has {len(instruction)} characters, more than the node\'s '
+                       f'max_instruction_chars = {limit}', EXIT_USAGE)
+    state = peer.lifecycle_state()
+    if state not in ('inactive', 'active'):
+        raise CliError(f'{peer.fqn} is {state}: it takes instructions once configured (oxygen lifecycle configure)')
+    topic = resolve_topic(str(values['instruction_topic']), peer.namespace, peer.fqn)
+    statuses = StatusWatch(peer)
+    pub = peer.node.create_publisher(String, topic, _qos(values['instruction_qos'], reliable_qos))
+    since: list[float] = []
+    if not peer.spin_until(lambda: _node_matched(peer, pub, topic, False, since),
+                           max(0.0, deadline - time.monotonic())):
+        raise CliError(f'timed out after {peer.timeout:g} s waiting for the subscription of {peer.fqn} on {topic} '
+                       'to match (remapped topic?)')
+    pub.publish(String(data=instruction))
+    shown = instruction[:INSTRUCTION_SHOWN]
+    took = statuses.next(max(0.0, deadline - time.monotonic()),
+                         lambda st: any(kv.key == 'instruction' and kv.value == shown for kv in st.values))
+    if took is None:
+        raise CliError(f'published on {topic}, but {peer.fqn}\'s /diagnostics did not show it as its instruction '
+                       f'within {peer.timeout:g} s (see its log: refused?)')
+    out(f'instruction set: {instruction}\n')
     return 0
