@@ -6,7 +6,7 @@ The node declares its parameters from :func:`oxygen_ros.ros.params.node_config.n
 same lists, so they cannot drift from what ``ros2 param describe`` says. One argument picks the group:
 
 - ``node``: the node-level parameters (names without a dot);
-- ``cameras``, ``engine``, ``action_space``: the parameters under that prefix;
+- ``cameras``, ``engine``, ``action_space``, ``shadow``: the parameters under that prefix;
 - ``tasks``: the per-task parameters, as ``tasks.<name>.*``.
 
 The ``live`` column says whether a configured node applies a new value at once (``yes``) or
@@ -19,7 +19,7 @@ from __future__ import annotations
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'tasks')
+GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'shadow', 'tasks')
 
 
 def _rows(group: str) -> list[tuple[str, str, str, str, str]]:

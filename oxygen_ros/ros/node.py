@@ -46,6 +46,8 @@ from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, r
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
+from oxygen_ros.ros.qos import qos_from_name
+from oxygen_ros.ros.shadow import ShadowMonitor
 from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.streams.text import Emit, ignored_notice
 
@@ -172,6 +174,9 @@ class OxygenNode(LifecycleNode):
         self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)
         self.cfg = cfg
         self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report)
+        if cfg.shadow.enabled and cfg.shadow.operator_topic:
+            self.outputs.shadow = ShadowMonitor(self, cfg.shadow, cfg.joint_names, cfg.control_period_s,
+                                                qos_from_name(cfg.shadow_operator_qos))
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
                                       self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
                                       text_header=cfg.text_header)

@@ -92,6 +92,9 @@ def _values(node: NodeView, now: float) -> dict[str, object]:
                        for k, v in node.inputs.liveness(now).ages.items()})
     if node.outputs is not None:
         values.update(node.outputs.subscribers())
+        values.update(shadow=not node.outputs.commanding)
+        if node.outputs.shadow is not None:
+            values.update(node.outputs.shadow.comparison.summary())
     values.update({f'count_{k}': v for k, v in node.problems.counts().items()})
     return values
 
@@ -160,4 +163,6 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     if not parts:
         parts = [f'running: {values.get("chunk_hz", 0.0):.1f} chunks/s, '
                  f'{values.get("tok_per_s", 0.0):.1f} tok/s']
+    if values.get('shadow'):
+        parts.insert(0, 'SHADOW: nothing commanded')
     return build_status(name, hw, level, '; '.join(parts), values)

@@ -50,10 +50,14 @@ class Outputs:
         self._node, self._cfg, self._report, self._size = node, cfg, report, image_size
         self._pubs = []
         space = cfg.action_space
+        # Shadow mode commands nothing: the chunk goes to shadow.topic, and no command publisher
+        # (position_action_topic, command stream, controller groups) is created at all.
+        self.commanding = not cfg.shadow.enabled
         self.action = self._pub(Float64MultiArray if space.kind == 'ee_delta' else JointTrajectory,
-                                cfg.action_topic, cfg.action_qos)
+                                cfg.action_topic if self.commanding else cfg.shadow.topic, cfg.action_qos)
+        self.shadow = None  # ros/shadow.py ShadowMonitor, installed by the node with shadow.operator_topic
         self.position_action = None
-        if space.kind == 'velocity' and space.absolute_joints:
+        if self.commanding and space.kind == 'velocity' and space.absolute_joints:
             self.position_action = self._pub(JointTrajectory, cfg.position_action_topic, cfg.action_qos)
         self._command_field = 'velocity' if space.kind == 'velocity' else 'position'
         self._command_names: tuple[str, ...] = ()
@@ -66,12 +70,12 @@ class Outputs:
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
         self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
         self.command = None
-        if cfg.action_rate_hz > 0 and not cfg.controllers:
+        if self.commanding and cfg.action_rate_hz > 0 and not cfg.controllers:
             cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
             self.command = self._pub(cmd_type, cfg.command_topic, cfg.command_qos)
         # ros2_control controller groups (params/controllers.py): (group, publisher)
         self.trajectory_groups, self.forward_groups = [], []
-        for g in cfg.controllers:
+        for g in cfg.controllers if self.commanding else ():
             if g.type == 'joint_trajectory':
                 self.trajectory_groups.append((g, self._pub(JointTrajectory, g.topic, cfg.action_qos)))
             else:
@@ -96,7 +100,10 @@ class Outputs:
         return {f'subscribers {p.topic_name}': p.get_subscription_count() for p in self._pubs + self._text_pubs}
 
     def destroy(self) -> None:
-        """Destroy every publisher."""
+        """Destroy every publisher (and the shadow comparison's subscription)."""
+        if self.shadow is not None:
+            self.shadow.destroy()
+            self.shadow = None
         for pub in self._pubs:
             self._node.destroy_lifecycle_publisher(pub)
         for pub in self._text_pubs:
@@ -130,6 +137,10 @@ class Outputs:
         for pub, msg in group_msgs:
             pub.publish(msg)
         self.chunks += 1
+        if self.shadow is not None and cmd.ee is None:
+            names, values, _ = primary_values(cmd)
+            if names == self.shadow.comparison.joints:
+                self.shadow.set_chunk(values, chunk.stamp)
         if self.command is not None or self.forward_groups:
             names, values, _ = primary_values(cmd)
             self._command_names = names

@@ -19,13 +19,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the heavy imports come after argument parsing (a bad flag fails at once)
-    import numpy as np
+import numpy as np
 
-    from oxygen_ros.core.action_space import ActionSpace
-    from oxygen_ros.stats.compute import Episode
+from oxygen_ros.core.action_space import ActionSpace  # numpy only: torch and rclpy come after argparse
+from oxygen_ros.stats.compute import Episode
 
 __all__ = ["StatsError", "read_episode", "main"]
 
@@ -40,10 +38,8 @@ def _topic(name: str) -> str:
     return name if name.startswith("/") else "/" + name
 
 
-def _pick(msg, names: tuple[str, ...], fields: list[str]) -> "np.ndarray | None":
+def _pick(msg, names: tuple[str, ...], fields: list[str]) -> np.ndarray | None:
     """Values of ``names`` from a JointState (``fields[i]`` = position / velocity), None if absent."""
-    import numpy as np
-
     index: dict[str, int] = {}
     for i, n in enumerate(msg.name):
         index.setdefault(n, i)
@@ -66,11 +62,9 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
         StatsError: the bag cannot be read, a topic is absent or of the wrong type, or no message
             of a topic carries every configured joint (the missing joints are listed).
     """
-    import numpy as np
     from tqdm import tqdm
 
     from oxygen_ros.bags.reader import BagError, BagInput, typestore
-    from oxygen_ros.stats.compute import Episode
 
     names, state_names = space.joint_names, space.state_names
     state_fields = ["position"] * len(state_names)
@@ -161,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def zero_range_joints(stats: dict, space: "ActionSpace") -> list[str]:
+def zero_range_joints(stats: dict, space: ActionSpace) -> list[str]:
     """``'<state|actions> <joint>'`` for every dimension whose q01 == q99 (or std == 0): it never
     moved in the bags, so normalisation maps it to a constant and the policy cannot use it."""
     out = []
@@ -190,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     in ``--out`` without ``--overwrite``)."""
     args = build_parser().parse_args(argv)
 
-    from oxygen_ros.core.action_space import ActionSpace
     from oxygen_ros.core.config import ConfigError
     from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
     from oxygen_ros.stats.compute import episode_stats

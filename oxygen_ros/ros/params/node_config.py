@@ -28,6 +28,7 @@ from oxygen_ros.ros.params.names import unknown_parameters
 from oxygen_ros.ros.params.specs import (ParamError, ParamSpec, collect_values, declare, engine_specs, rtc_specs,
                                    task_specs)
 from oxygen_ros.ros.qos import QOS_NAMES
+from oxygen_ros.ros.shadow import OPERATOR_TYPES, ShadowConfig
 
 __all__ = ['CAMERA_TYPES', 'COMMAND_TYPES', 'NodeConfig', 'ParamsFileError', 'TaskTopics', 'declare_node_params',
            'load_node_config', 'node_specs', 'read_node_config']
@@ -113,6 +114,17 @@ def node_specs() -> list[ParamSpec]:
                   choices=qos),
         ParamSpec('command_max_hold_s', _F, 0.5, 'Hold the last point of an exhausted chunk at most '
                   'this long, then stop commanding, seconds.', 0.0, 60.0),
+        ParamSpec('shadow.enabled', _B, False, 'Shadow mode: compute chunks and publish them on shadow.topic only; '
+                  'nothing is commanded (no action_topic, command stream or controller groups). Read at configure: '
+                  'leaving shadow mode is a deliberate deactivate, cleanup, set, configure, activate.'),
+        ParamSpec('shadow.topic', _S, 'shadow/action_chunk', 'Where the chunks go in shadow mode.'),
+        ParamSpec('shadow.operator_topic', _S, '', "The operator's command topic to compare the chunks with in shadow "
+                  "mode ('' = no comparison); the errors go to /diagnostics (shadow_* keys)."),
+        ParamSpec('shadow.operator_type', _S, 'joint_state', "Message of shadow.operator_topic: 'joint_state' "
+                  "(positions by name) or 'joint_trajectory' (its first point).", choices=OPERATOR_TYPES),
+        ParamSpec('shadow.operator_qos', _S, 'sensor_data', 'QoS profile name of shadow.operator_topic.', choices=qos),
+        ParamSpec('shadow.window_s', _F, 10.0, 'Window of the shadow comparison, seconds of operator commands.',
+                  0.1, 3600.0),
         ParamSpec('diagnostics_period_s', _F, 1.0, 'Period of /diagnostics, seconds.', 0.05, 60.0),
         ParamSpec('input_timeout_s', _F, 1.0, 'An input (a camera, the joint states) that has sent '
                   'nothing for this long while active is stale: logged once and a WARN on /diagnostics '
@@ -183,7 +195,9 @@ class NodeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     rtc: RTCConfig = field(default_factory=RTCConfig)
     task_topics: dict[str, TaskTopics] = field(default_factory=dict)
-    controllers: tuple[ControllerGroup, ...] = ()  # ros2_control controller groups (params/controllers.py)
+    controllers: tuple[ControllerGroup, ...] = ()
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)  # shadow mode (ros/shadow.py)
+    shadow_operator_qos: str = 'sensor_data'  # ros2_control controller groups (params/controllers.py)
     notes: tuple[str, ...] = ()  # parameters given but unused (a task not in task_names): logged
     model_locked: bool = True  # model read-only since start-up (params/model_access.py)
     model_folders: tuple[str, ...] = ('/',)  # the checkpoint's real path lies inside one of these
@@ -295,6 +309,12 @@ def read_node_config(node: Node) -> NodeConfig:
     if space is not None and joints is not None:
         problems += check_groups(groups, tuple(joints), space.kind, values.get('action_rate_hz', 0.0),
                                  {values.get('action_topic'): 'action_topic'})
+    if values.get('shadow.operator_topic') and space is not None and space.kind not in ('absolute', 'delta'):
+        problems.append(f"shadow.operator_topic with action_space.kind={space.kind!r}: the comparison is of joint "
+                        'positions (kind absolute or delta)')
+    if values.get('shadow.enabled') and values.get('shadow.topic') in ('', values.get('action_topic')):
+        problems.append(f"shadow.topic={values.get('shadow.topic')!r}: shadow chunks need a topic of their own, "
+                        'not action_topic (nothing may be commanded in shadow mode)')
     unknown, notes = unknown_parameters(node, names)  # after every declaration above
     notes += check_model_access(values, problems)  # model inside model_folders; warns if open to anyone
     problems += unknown
@@ -318,7 +338,9 @@ def read_node_config(node: Node) -> NodeConfig:
     plain['joint_names'] = tuple(plain['joint_names'])
     return NodeConfig(**plain, state_joint_names=state_names or plain['joint_names'], action_space=space,
                       cameras=cameras, engine=engine, task_topics=topics, rtc=rtc, notes=tuple(notes),
-                      controllers=groups)
+                      controllers=groups, shadow_operator_qos=values['shadow.operator_qos'],
+                      shadow=ShadowConfig(values['shadow.enabled'], values['shadow.topic'], values['shadow.operator_topic'],
+                                          values['shadow.operator_type'], values['shadow.window_s']))
 
 
 class ParamsFileError(ValueError):
