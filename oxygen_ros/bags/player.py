@@ -15,8 +15,8 @@ player can be evaluated offline with the same tools as ``replay``'s output bag.
 Exit status: 0 ok; 2 unusable bag/arguments (an existing ``--record`` folder without
 ``--overwrite`` included) or nothing to play — no message in the bag, on the ``--topics``, or
 between ``--start-offset`` and ``--duration`` (one line says which); 3 the bag could not be read
-to its end; 4 the recording is empty — no message on any ``--record-topics`` topic, or a topic
-with no message and no publisher at the end (the node never configured, so its publishers never
+to its end; 4 the recording is empty — no message on any ``--record-topics`` topic — or incomplete: a
+topic with no message and no publisher at the end (the node never configured, so its publishers never
 appeared; it exited; or the name is wrong). The bag is still written; the reason is printed per
 topic.
 """
@@ -321,8 +321,13 @@ def main(argv: list[str] | None = None) -> int:
               f' (the bag spans {bag.duration_s:.3f} s)', file=sys.stderr)
         return 2
     if empty:
-        print(f'bag_player: EMPTY RECORDING in {args.record}: nothing was published on the recorded topics '
-              "(is the node configured and active? its log says 'active, ready'):", file=sys.stderr)
+        recorded = sum(recorder.writer.counts.values()) if recorder is not None else 0
+        what = ('EMPTY RECORDING' if not recorded else
+                f'INCOMPLETE RECORDING ({recorded} messages recorded, but not on every topic)')
+        print(f'bag_player: {what} in {args.record}: nothing was published on '
+              f'{"the recorded topics" if not recorded else "these"} '
+              "(is the node configured and active? its log says 'active, ready'; is each topic one it publishes?):",
+              file=sys.stderr)
         for line in empty:
             print(f'  {line}', file=sys.stderr)
         return 4

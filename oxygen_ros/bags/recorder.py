@@ -1,8 +1,9 @@
 """Record topics from the ROS graph into an mcap bag (``bag_player --record``), with rosbags.
 
 For machines without ``ros2 bag record``: subscribes (reliable, depth 1000) to each topic once its
-type is visible in the graph, waits until it has matched a publisher, and writes every message through :class:`~.bag_out.BagOutput`, with
-the receiving node's clock as log time.
+type is visible in the graph, waits until it has matched a publisher, and writes every message's CDR bytes as received (a raw subscription: nothing is decoded or
+re-encoded) through :class:`~oxygen_ros.bags.writer.BagOutput`, with the receiving node's clock as log
+time.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from oxygen_ros.bags.reader import msg_class
+from oxygen_ros.bags.reader import BagError, msg_class
 from oxygen_ros.bags.writer import BagOutput
 
 __all__ = ['Recorder']
@@ -28,6 +29,7 @@ class Recorder:
         self.writer = BagOutput(out, overwrite=overwrite)
         self._lock = threading.Lock()
         self._subs: dict[str, Any] = {}
+        self.unavailable: dict[str, str] = {}  # topic -> why it cannot be subscribed (type not installed)
 
     def subscribe(self, timeout: float, settle: float = 0.5) -> list[str]:
         """Subscribe to every topic whose type is known in the graph and wait until each
@@ -35,16 +37,19 @@ class Recorder:
         publisher side matches a little after the subscriber side; a reliable message published
         before that is lost, as in ``wait_for_subscribers``). Returns the topics not found or not
         matched."""
-        from rclpy.qos import QoSProfile
-
         end = time.monotonic() + timeout
         while True:
             graph = dict(self.node.get_topic_names_and_types())
             for topic in self.topics:
-                if topic not in self._subs and graph.get(topic):
-                    cls = msg_class(graph[topic][0])
-                    self._subs[topic] = self.node.create_subscription(
-                        cls, topic, lambda m, t=topic: self._write(t, m), QoSProfile(depth=1000))
+                if topic not in self._subs and topic not in self.unavailable and graph.get(topic):
+                    try:
+                        cls = msg_class(graph[topic][0])
+                    except BagError as exc:
+                        self.unavailable[topic] = str(exc)
+                        continue
+                    self._subs[topic] = self.node.create_subscription(  # CDR bytes as received
+                        cls, topic, lambda m, t=topic, k=graph[topic][0]: self._write(t, k, m), self._qos(topic),
+                        raw=True)
             missing = [t for t in self.topics if t not in self._subs or self._subs[t].get_publisher_count() == 0]
             if not missing or time.monotonic() >= end:
                 break
@@ -52,6 +57,16 @@ class Recorder:
         if len(missing) < len(self.topics):
             time.sleep(settle)
         return missing
+
+    def _qos(self, topic: str) -> Any:
+        """Reliable, depth 1000 — best effort when a publisher of ``topic`` offers only that (a
+        reliable reader never matches a best-effort writer: cameras, joint states)."""
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        offered = [i.qos_profile.reliability for i in self.node.get_publishers_info_by_topic(topic)]
+        best_effort = any(r == ReliabilityPolicy.BEST_EFFORT for r in offered)
+        return QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT if best_effort
+                          else ReliabilityPolicy.RELIABLE)
 
     @property
     def subscribed(self) -> list[str]:
@@ -83,9 +98,9 @@ class Recorder:
             lines.append(f'{topic}: no message ({why})')
         return lines
 
-    def _write(self, topic: str, msg: Any) -> None:
+    def _write(self, topic: str, msgtype: str, data: bytes) -> None:
         with self._lock:
-            self.writer.write(topic, self.node.get_clock().now().nanoseconds, msg)
+            self.writer.write_raw(topic, msgtype, self.node.get_clock().now().nanoseconds, data)
 
     def close(self) -> Path:
         """Finish the bag."""

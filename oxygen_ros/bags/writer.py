@@ -126,6 +126,14 @@ class BagOutput:
         self._writer.write(self._conns[topic], int(log_ns), data)
         self.counts[topic] += 1
 
+    def write_raw(self, topic: str, msgtype: str, log_ns: int, data: bytes) -> None:
+        """Write CDR bytes ``data`` of ``msgtype`` (``pkg/msg/Name``) as received (no re-encoding) at
+        ``log_ns``."""
+        if topic not in self._conns:
+            self.add_topic(topic, msgtype)
+        self._writer.write(self._conns[topic], int(log_ns), bytes(data))
+        self.counts[topic] += 1
+
     def close(self) -> Path:
         """Finish the bag and move it into place; returns its path."""
         self._writer.close()

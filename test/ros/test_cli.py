@@ -173,6 +173,48 @@ def test_instruct_errors(oxygen):
         in long.stderr, long
 
 
+def _bag_counts(path: Path) -> dict[str, int]:
+    from oxygen_ros.bags.reader import BagInput
+
+    with BagInput(path) as bag:
+        return {t: bag.count([t]) for t in bag.topics}
+
+
+def test_record_writes_the_node_and_sensor_topics_into_a_readable_bag(oxygen, tmp_path):
+    oxygen.start_feed()
+    bag = tmp_path / 'bag'
+    r = oxygen.run('record', '/action_chunk', '/joint_states', '/diagnostics', '/no_such_topic', '-o', str(bag),
+                   '--duration', '4', '--timeout', '2')
+    assert r.returncode == 0, r
+    counts = _bag_counts(bag)
+    assert counts['/action_chunk'] > 0 and counts['/joint_states'] > 0 and counts['/diagnostics'] > 0, counts
+    assert f'  /action_chunk: {counts["/action_chunk"]} messages' in r.stdout.splitlines(), r.stdout
+    assert "not in the graph after 2 s: ['/no_such_topic']" in r.stderr and 'EMPTY' not in r.stderr, r.stderr
+    again = oxygen.run('record', '/joint_states', '-o', str(bag), '--duration', '1')
+    assert again.returncode == 2 and 'exists; choose another -o or pass --overwrite' in again.stderr, again
+    assert _bag_counts(bag) == counts  # untouched
+    again = oxygen.run('record', '/joint_states', '-o', str(bag), '--duration', '1', '--overwrite')
+    assert again.returncode == 0 and set(_bag_counts(bag)) == {'/joint_states'}, again
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
+def test_record_stops_on_a_signal_and_finishes_the_bag(oxygen, tmp_path, sig):
+    oxygen.start_feed()
+    cmd = oxygen.start('record', '/joint_states', '-o', str(tmp_path / 'bag'))
+    assert cmd.wait_for(lambda: 'recording /joint_states' in ''.join(cmd.err), 60), (cmd.out, cmd.err)
+    time.sleep(2.0)
+    cmd.proc.send_signal(sig)
+    rc, out, err = cmd.finish(60)
+    assert rc == 0 and 'Traceback' not in err, (rc, out, err)
+    assert _bag_counts(tmp_path / 'bag')['/joint_states'] > 0 and 'recorded ' in out, out
+
+
+def test_record_of_nothing_is_an_empty_recording(oxygen, tmp_path):
+    r = oxygen.run('record', '/nothing_here', '-o', str(tmp_path / 'bag'), '--duration', '1.5', '--timeout', '1')
+    assert r.returncode == 4, r
+    assert 'EMPTY RECORDING' in r.stderr and '/nothing_here: no message (never in the graph)' in r.stderr, r.stderr
+
+
 def test_listen_prints_utterances_of_a_periodic_task(oxygen):
     oxygen.start_feed()
     r = oxygen.run('listen', 'memory', '--count', '2')
@@ -326,7 +368,7 @@ def test_a_bad_template_set_while_unconfigured_fails_configure_naming_it(oxygen)
         assert run('lifecycle', 'activate').returncode == 0
 
 
-@pytest.mark.parametrize('argv', [['ask'], ['instruct'], ['listen'], ['status'], ['params'], ['params', 'list'], ['params', 'get'],
+@pytest.mark.parametrize('argv', [['ask'], ['instruct'], ['record'], ['listen'], ['status'], ['params'], ['params', 'list'], ['params', 'get'],
                                   ['params', 'set'], ['params', 'describe'], ['lifecycle']])
 def test_every_verb_has_help(argv, capsys):
     with pytest.raises(SystemExit) as done:

@@ -4,8 +4,8 @@ its parameters and its lifecycle state.
 
 Exit status: 0 success; 1 the operation failed (an answer that ended with a notice, a refused
 parameter, a failed transition, a WARN/ERROR/STALE status, a timeout); 2 usage error, node or
-service not found, or (``status``) no status within the timeout; 130 Ctrl-C (``listen`` and
-``status --watch``: 0).
+service not found, or (``status``) no status within the timeout; 4 (``record``) an empty recording;
+130 Ctrl-C (``listen``, ``status --watch`` and ``record``: 0).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
@@ -22,7 +23,7 @@ from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
 __all__ = ['DEFAULT_TIMEOUT_S', 'build_parser', 'main']
 
 #: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
-DEFAULT_TIMEOUT_S = {'ask': 120.0, 'instruct': 20.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
+DEFAULT_TIMEOUT_S = {'ask': 120.0, 'instruct': 20.0, 'record': 20.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
                      'transition': 300.0}
 
 _EXIT_CODES = """exit status: 0 success; 1 failed (answer ended with a notice, value refused, transition
@@ -40,6 +41,7 @@ _ROS2 = {
     'ask': 'ros2 topic echo /conversation/delta, then '
            "ros2 topic pub --once /ask std_msgs/String \"{data: 'What do you see?'}\"",
     'listen': 'ros2 topic echo /conversation/text (one topic per command)',
+    'record': 'ros2 bag record -s mcap -o BAG TOPIC ...',
     'instruct': "ros2 topic pub --once /instruction std_msgs/String \"{data: 'fold the towel'}\"",
     'status': 'ros2 topic echo /diagnostics',
     'params': 'ros2 param list|get|set|describe /oxygen ...',
@@ -98,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
              'Exit 0 when the node took it, 1 when it did not within --timeout.')
     p.add_argument('text', metavar='TEXT', help='the instruction (quote it), e.g. "fold the towel"')
 
+    p = verb('record', 'record topics into a rosbag2 (mcap) folder, as ros2 bag record does',
+             'Record TOPICs (types from the graph; a topic that appears later is picked up) into the\n'
+             'rosbag2 folder BAG until --duration seconds, Ctrl-C or SIGTERM; the bag is finished in every\n'
+             'case. Prints a count per topic. Exit 0; 2 BAG exists (without --overwrite); 4 EMPTY RECORDING:\n'
+             'no message on any topic. Topics still absent after --timeout are named on stderr.')
+    p.add_argument('topics', nargs='+', metavar='TOPIC', help='topics to record (e.g. /joint_states /action_chunk)')
+    p.add_argument('-o', '--output', type=Path, required=True, metavar='BAG', help='the bag folder to write')
+    p.add_argument('--duration', type=_positive, default=None, metavar='SEC', help='stop after SEC seconds')
+    p.add_argument('--overwrite', action='store_true', help='replace an existing bag folder BAG')
+
     p = verb('listen', "print the language tasks' utterances as they stream, one line each",
              'Print every finished utterance of the tasks as "<task>: <text>", streaming one at a time\n'
              "live where text_header marks utterance starts ('ask', 'id'); with 'none' whole lines.\n"
@@ -148,12 +160,14 @@ def _writer(stream: TextIO) -> Callable[[str], None]:
 
 
 def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], err: Callable[[str], None]) -> int:
-    from oxygen_ros.ros.cli import lifecycle, params, status, text
+    from oxygen_ros.ros.cli import lifecycle, params, record, status, text
     from oxygen_ros.ros.cli.peer import Peer
 
     with Peer(args.node, timeout) as peer:
         if args.verb == 'ask':
             return text.ask(peer, args.text, args.task, out, err)
+        if args.verb == 'record':
+            return record.record(peer, args.topics, args.output, args.duration, args.overwrite, out, err)
         if args.verb == 'instruct':
             return text.instruct(peer, args.text, out)
         if args.verb == 'listen':
@@ -201,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     key = 'transition' if args.verb == 'lifecycle' and args.transition != 'get' else args.verb
     timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[key]
     out, err = _writer(sys.stdout), _writer(sys.stderr)
-    endless = (args.verb == 'listen' and args.duration is None) or (args.verb == 'status' and args.watch)
+    endless = ((args.verb == 'listen' and args.duration is None) or (args.verb == 'status' and args.watch)
+               or args.verb == 'record')  # record ends by --duration or a signal
     # every wait has its deadline; the watchdog bounds what rclpy/DDS could block outside them
     watchdog = None if endless else _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
     try:
