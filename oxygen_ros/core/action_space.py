@@ -296,6 +296,15 @@ def check_against_checkpoint(space: ActionSpace, convention: dict | None, where:
     """
     if convention is None:
         return
+    openpi_only = [name for name, on in (("action_space.flip_joints", space.cfg.flip_joints),
+                                         ("action_space.gripper_conversion", space.cfg.gripper_conversion != "none"))
+                   if on]
+    if openpi_only:
+        raise ConfigError(f"{' and '.join(openpi_only)} are openpi's ALOHA runtime conventions (openpi "
+                          f"src/openpi/policies/aloha_policy.py, adapt_to_pi), but {where} is a LeRobot checkpoint "
+                          "(it says " + convention["source"] + "), whose processors flip no joint and convert no "
+                          "gripper: for a LeRobot pi0.5 ALOHA checkpoint use config/aloha_lerobot.yaml, otherwise "
+                          "leave them unset")
     if not convention["relative"]:
         if space.kind == "delta":
             raise ConfigError(f"action_space.kind='delta' but {where} says {convention['source']}: the checkpoint "

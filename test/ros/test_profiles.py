@@ -1,10 +1,12 @@
-"""The robot profiles (config/aloha.yaml, droid.yaml, libero.yaml) read through the node's
-parameter code, and the action spaces they declare (openpi's conventions per family)."""
+"""The robot profiles (config/aloha.yaml, aloha_lerobot.yaml, droid.yaml, libero.yaml) read through the
+node's parameter code, the action spaces they declare (openpi's and LeRobot's conventions per family),
+and the LeRobot profile against the tiny LeRobot checkpoint of the parity data."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from oxygen_ros.core.action_space import ActionSpace
@@ -50,3 +52,42 @@ def test_ee_delta_refuses_a_joint_state_command_stream(tmp_path):
                    .replace("command_type: float64_multi_array", "command_type: joint_state"))
     with pytest.raises(ParamsFileError, match="command_type='joint_state' with action_space.kind='ee_delta'"):
         load_node_config(bad)
+
+
+PARITY_CKPT = CONFIG.parent / "test" / "data" / "parity" / "tiny_lerobot_pi05"
+
+
+def lerobot_checkpoint(tmp_path: Path) -> Path:
+    import shutil
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(PARITY_CKPT, ckpt)
+    (ckpt / "oxygen_config.json").write_text('{"vision": {"num_heads": 2}}')  # tiny_model_dims.json
+    return ckpt
+
+
+def test_lerobot_aloha_profile_flips_nothing_and_converts_no_gripper():
+    cfg = profile("aloha_lerobot.yaml")
+    sp = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
+    assert sp.kind == "absolute" and len(cfg.joint_names) == 14 and len(cfg.cameras) == 3
+    assert sp.sign.tolist() == [1] * 14 and cfg.action_space.gripper_conversion == "none"
+    assert cfg.joint_names == profile("aloha.yaml").joint_names  # same robot, other checkpoint family
+    state = np.linspace(-1.0, 1.0, 14)
+    # state in and actions out in the dataset's own units: identity, where the openpi profile flips
+    np.testing.assert_array_equal(sp.state_to_model(state, np.float64), state)
+    openpi = profile("aloha.yaml")
+    flipped = ActionSpace(openpi.action_space, openpi.joint_names, openpi.state_joint_names).state_to_model(state, np.float64)
+    assert flipped[1] == -state[1] and flipped[2] == -state[2]
+
+
+def test_the_lerobot_checkpoint_configures_with_its_profile_and_refuses_the_openpi_one(tmp_path):
+    from oxygen_ros.ros.model_setup import action_space, load_policy
+
+    ckpt = str(lerobot_checkpoint(tmp_path))
+    cfg = load_node_config(CONFIG / "aloha_lerobot.yaml", [f"model:={ckpt}"])
+    policy = load_policy(cfg)  # the node's own configure path: convention check, loading, fit
+    assert policy.normalizer.action_dim == 14
+    openpi = load_node_config(CONFIG / "aloha.yaml", [f"model:={ckpt}"])
+    with pytest.raises(ValueError, match=r"action_space.flip_joints and action_space.gripper_conversion are openpi's "
+                                         r"ALOHA runtime conventions .* use config/aloha_lerobot.yaml"):
+        action_space(openpi)
