@@ -206,3 +206,31 @@ def test_the_checker_catches_drift(argv: list[str], monkeypatch: pytest.MonkeyPa
 ])
 def test_the_checker_accepts_current_commands(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     check_command(argv, monkeypatch)
+
+
+def _console_scripts() -> dict[str, str]:
+    """``name -> module`` of setup.py's console_scripts (read statically)."""
+    tree = ast.parse((REPO / 'setup.py').read_text())
+    entries = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and re.match(r'^\w+ = oxygen_ros\.[\w.]+:main$', n.value)]
+    return {e.split(' = ')[0]: e.split(' = ')[1].split(':')[0] for e in entries}
+
+
+def test_the_checked_tools_are_the_console_scripts_of_the_venv() -> None:
+    """The guides call the tools by their console-script names (with the venv on PATH, as
+    getting_started.md says): every name the checker accepts is an entry point of setup.py whose
+    module exists, and is installed next to this interpreter (the venv's bin/)."""
+    scripts = _console_scripts()
+    assert set(SCRIPTS) | set(ROS_SCRIPTS) == set(scripts), set(SCRIPTS) ^ set(scripts) ^ set(ROS_SCRIPTS)
+    for name, module in scripts.items():
+        assert importlib.util.find_spec(module) is not None, (name, module)
+        assert (Path(sys.executable).parent / name).exists(), f'{name} is not installed in {Path(sys.executable).parent}'
+
+
+def test_every_guide_that_calls_the_tools_says_to_put_the_venv_on_path() -> None:
+    tools = set(_console_scripts())
+    for page in _pages():
+        text = page.read_text()
+        calls = [t for t in tools if re.search(rf'(?m)^(\$ )?{t} ', text)]
+        if calls and page.name != 'README.md':
+            assert 'source .venv/bin/activate' in text, f'{page.name} calls {sorted(calls)} without the PATH line'
