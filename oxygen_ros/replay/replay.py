@@ -210,6 +210,9 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
         stats.warnings.append(f'stopped after {opts.max_frames} frames (--max-frames); the rest of '
                               'the bag was not replayed')
     stats.gaps = find_gaps(sim.times)
+    stats.meta['rtc'] = {**engine.handover.diagnostics(), 'rtc_execution_horizon': cfg.rtc.execution_horizon,
+                         'rtc_schedule': cfg.rtc.schedule, 'rtc_guidance': cfg.rtc.guidance,
+                         'rtc_max_guidance_weight': cfg.rtc.max_guidance_weight} if cfg.rtc.enabled else {}
     stats.meta['input_period_s'] = _median_period(sim.times.get(cam_times[0], []), opts)
     stats.meta['trigger_period_s'] = _median_period(sim.times.get(cam_times[0], []), opts, raw=True)
     return _finish(opts, stats, sim, writer)

@@ -185,7 +185,7 @@ def summarize(s: ReplayStats) -> dict[str, Any]:
         'chunk_span_s': chunk_span or None,
         'chunk_dry': sum(1 for f in acted if chunk_span and (f.latency or 0) > chunk_span),
         'drops': {k: v for k, v in sorted(s.drops.items()) if v},
-        'waiting': dict(s.waiting), 'masked_slots': dict(masked), 'gaps': s.gaps,
+        'waiting': dict(s.waiting), 'masked_slots': dict(masked), 'gaps': s.gaps, 'rtc': dict(m.get('rtc') or {}),
         'frames_missed_in_gaps': _missed(s),
         'lost_messages': s.lost, 'bag_error': s.bag_error, 'warnings': s.warnings,
         'wall_total_s': s.wall_total, 'outputs': s.outputs,
@@ -224,6 +224,17 @@ def _switch_line(r: dict[str, Any]) -> str:
             f"executed point, {kind}command units); {tail}")
 
 
+def _rtc_line(rtc: dict[str, Any]) -> str:
+    """``rtc             …``: real-time chunking's settings and what it did (chunks guided, unguided by
+    reason, the inference delay in rows and where it came from)."""
+    unguided = ', '.join(f'{v} {k[len("rtc_unguided_"):].replace("_", " ")}' for k, v in sorted(rtc.items())
+                         if k.startswith('rtc_unguided_') and v) or 'none'
+    return (f"rtc             on ({rtc['rtc_guidance']} guidance, {rtc['rtc_schedule']} schedule, execution horizon "
+            f"{rtc['rtc_execution_horizon']}, max weight {rtc['rtc_max_guidance_weight']:g}): "
+            f"{rtc.get('rtc_guided', 0)} chunks guided, unguided: {unguided}; inference delay "
+            f"{rtc['rtc_delay_rows']} rows ({rtc['rtc_delay_source']})")
+
+
 def format_report(s: ReplayStats) -> str:
     """The human-readable report printed at the end of a replay."""
     r = summarize(s)
@@ -259,6 +270,8 @@ def format_report(s: ReplayStats) -> str:
         f"{r['chunk_span_s']:.2f} s horizon"
     add(f'  deadline misses {dl} ({src}){dry}')
     add(f'  chunk switches  {_switch_line(r)}')
+    if r['rtc']:
+        add(f'  {_rtc_line(r["rtc"])}')
     lines += format_accuracy(s.accuracy)
     drops = ', '.join(f'{k} {v}' for k, v in r['drops'].items()) or 'none'
     add(f'  drops           {drops}')

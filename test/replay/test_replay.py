@@ -322,3 +322,16 @@ def test_output_messages_roundtrip_through_rclpy(sample_run):
     assert len(msg.points) == H
     again = TS.serialize_cdr(to_rosbags(msg, TS), 'trajectory_msgs/msg/JointTrajectory')
     assert bytes(again) == raw
+
+
+def test_rtc_gets_a_report_line_and_json_entry(tmp_path, capsys):
+    bag = window(SAMPLE_BAG, tmp_path / 'short', 2.0)
+    assert cli(str(bag), '--out', str(tmp_path / 'rtc'), '--no-plots', '-p', 'rtc.enabled:=true') == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('  rtc '))
+    assert line.startswith('  rtc             on (elementwise guidance, linear schedule, execution horizon 10, '
+                           'max weight 10): '), line
+    assert ' chunks guided, unguided: ' in line and 'inference delay ' in line, line
+    rtc = json.loads((tmp_path / 'rtc' / 'report.json').read_text())['summary']['rtc']
+    assert rtc['rtc_enabled'] is True and rtc['rtc_guided'] >= 1, rtc
+    assert cli(str(bag), '--out', str(tmp_path / 'off'), '--no-plots') == 0
+    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith('  rtc ')]  # off: no line

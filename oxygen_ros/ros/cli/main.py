@@ -71,7 +71,7 @@ def _global_options(top_level: bool) -> argparse.ArgumentParser:
                       help='the node: name, or namespace/name like /robot/oxygen (default: oxygen)')
     opts.add_argument('--timeout', type=_positive, default=None if top_level else argparse.SUPPRESS, metavar='SEC',
                       help='longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, '
-                           'others 20; finding the node waits at most 20)')
+                           'others 20; finding the node waits at most 5)')
     return opts
 
 

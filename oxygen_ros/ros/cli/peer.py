@@ -24,12 +24,15 @@ from rclpy.signals import SignalHandlerOptions
 
 from oxygen_ros.ros.distro import close_context
 
-__all__ = ['DISCOVERY_S', 'EXIT_FAILED', 'EXIT_OK', 'EXIT_USAGE', 'CliError', 'Peer', 'from_parameter_value',
+__all__ = ['DISCOVERY_S', 'NODE_DISCOVERY_S', 'EXIT_FAILED', 'EXIT_OK', 'EXIT_USAGE', 'CliError', 'Peer', 'from_parameter_value',
            'resolve_topic', 'split_node_name']
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: Longest wait for the target node to appear in the ROS graph (bounded further by ``--timeout``).
 DISCOVERY_S = 20.0
+#: Longest wait for the target node to appear in the graph, seconds (localhost discovery takes
+#: well under a second; a missing node should say so at once, not after the verb's timeout).
+NODE_DISCOVERY_S = 5.0
 #: After a service is seen, time for discovery to match its response path to this client, seconds.
 SETTLE_S = 0.2
 #: An idempotent request not answered in this long is sent again (a lost response), seconds.
@@ -141,7 +144,7 @@ class Peer:
             self.executor.spin_once(timeout_sec=left)
 
     def find_node(self) -> None:
-        """Wait (at most ``min(timeout, DISCOVERY_S)``) until the target node is in the graph.
+        """Wait (at most ``min(timeout, NODE_DISCOVERY_S)``) until the target node is in the graph.
 
         Raises:
             CliError: (code 2) ``node /oxygen not found; is it running? (ROS_DOMAIN_ID=…)``,
@@ -149,7 +152,7 @@ class Peer:
         """
         want = (self.name, self.namespace)
         if self.spin_until(lambda: want in self.node.get_node_names_and_namespaces(),
-                           min(self.timeout, DISCOVERY_S)):
+                           min(self.timeout, NODE_DISCOVERY_S)):
             return
         env = f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '') or '0 (unset)'}"
         if os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE'):
