@@ -9,6 +9,7 @@
 # only needs the host's NVIDIA driver (NVIDIA Container Toolkit, `--gpus all`). `--net host --ipc
 # host` lets Fast DDS talk to ROS 2 nodes on the host (shared memory needs the common /dev/shm).
 # The MuJoCo simulation stack is left out (WITH_SIM=0); add `--build-arg WITH_SIM=1` to include it.
+# Only the runtime is installed (requirements.txt): no Ray (`evaluate`), no pytest.
 FROM nvidia/cuda:12.8.1-base-ubuntu24.04
 
 ARG WITH_SIM=0

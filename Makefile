@@ -11,6 +11,14 @@ COLCON_VENV ?= .venv-colcon
 ROS_FROM_APT ?= 0
 WITH_SIM ?= 1
 TORCH_PREINSTALLED ?= 0
+# The robot needs only the runtime (requirements.txt): WITH_EVAL=0 leaves out Ray (`evaluate`),
+# WITH_DEV=0 pytest.
+WITH_EVAL ?= 1
+WITH_DEV ?= 1
+# numpy 1.x instead of 2.x (requirements-numpy1.txt): the default over apt ROS, whose packages are
+# built against numpy 1.26.
+NUMPY1 ?= $(ROS_FROM_APT)
+RUNTIME_REQUIREMENTS = $(if $(filter 1,$(NUMPY1)),$(VENV)/requirements-runtime.txt,requirements.txt)
 PYTEST_ARGS ?=
 # The PyPI wheel set is chosen on the command line only (`make test ROS_DISTRO=jazzy`): a sourced ROS 2
 # setup.bash exports ROS_DISTRO too, and must not change what `make demo` installs. With ROS_FROM_APT=1
@@ -42,14 +50,23 @@ endif
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup demo test test-fast docs clean
+.PHONY: setup demo test test-fast docs clean colcon-build check-numpy1
 
-$(VENV)/.stamp: requirements.txt $(ROS_REQUIREMENTS) requirements-sim.txt setup.py package.xml
+$(VENV)/.stamp: requirements.txt requirements-numpy1.txt requirements-eval.txt requirements-dev.txt $(ROS_REQUIREMENTS) requirements-sim.txt setup.py package.xml
+	@echo "[setup 1/6] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(if $(filter 1,$(ROS_FROM_APT)),--system-site-packages) $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(if $(filter 1,$(TORCH_PREINSTALLED)),grep -v '^torch==' requirements.txt > $(VENV)/requirements-no-torch.txt && $(PY) -m pip install -q -r $(VENV)/requirements-no-torch.txt,$(PY) -m pip install -q -r requirements.txt)
+	@echo "[setup 2/6] runtime requirements (torch, transformers, rosbags, OpenCV, …: the first time takes minutes)"
+	$(if $(filter 1,$(NUMPY1)),grep -v -E '^(numpy|opencv-python-headless)==' requirements.txt | cat - requirements-numpy1.txt > $(VENV)/requirements-runtime.txt)
+	$(if $(filter 1,$(TORCH_PREINSTALLED)),grep -v '^torch==' $(RUNTIME_REQUIREMENTS) > $(VENV)/requirements-no-torch.txt && $(PY) -m pip install -q -r $(VENV)/requirements-no-torch.txt,$(PY) -m pip install -q -r $(RUNTIME_REQUIREMENTS))
+	@echo "[setup 3/6] ROS 2 $(if $(ROS_REQUIREMENTS),$(ROS_DISTRO) wheels from PyPI,from apt (system site packages))"
 	$(if $(ROS_REQUIREMENTS),$(PY) -m pip install -q -r $(ROS_REQUIREMENTS))
+	@echo "[setup 4/6] $(if $(filter 1,$(WITH_SIM)),MuJoCo ALOHA simulation,simulation skipped (WITH_SIM=0))"
 	$(if $(filter 1,$(WITH_SIM)),$(PY) -m pip install -q -r requirements-sim.txt)
+	@echo "[setup 5/6] $(if $(filter 1,$(WITH_EVAL)),evaluation (Ray),evaluation skipped (WITH_EVAL=0)); $(if $(filter 1,$(WITH_DEV)),tests (pytest),tests skipped (WITH_DEV=0))"
+	$(if $(filter 1,$(WITH_EVAL)),$(PY) -m pip install -q -r requirements-eval.txt)
+	$(if $(filter 1,$(WITH_DEV)),$(PY) -m pip install -q -r requirements-dev.txt)
+	@echo "[setup 6/6] oxygen_ros itself (editable)"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -59,6 +76,18 @@ $(COLCON_VENV)/.stamp: requirements-colcon.txt
 	$(PYTHON) -m venv $(COLCON_VENV)
 	$(COLCON_VENV)/bin/python -m pip install -q -r requirements-colcon.txt
 	touch $@
+
+# An install space for `ros2 launch`: colcon (from its own venv) runs under the project's interpreter,
+# so setup.py — and with it every launcher's shebang in install/oxygen_ros/lib/oxygen_ros/ — is the
+# project venv's python, which has rclpy, torch and transformers. Then, in a shell:
+#   source install/setup.bash && ros2 launch oxygen_ros oxygen.launch.py
+COLCON_OUT ?= .
+colcon-build: setup $(COLCON_VENV)/.stamp
+	@echo "colcon build of oxygen_ros into $(COLCON_OUT)/install, launchers running $(abspath $(PY))"
+	PYTHONPATH="$$($(COLCON_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	AMENT_PREFIX_PATH="$${AMENT_PREFIX_PATH:-$(abspath $(COLCON_VENV))}" \
+	$(abspath $(PY)) -c 'import sys; from colcon_core.command import main; sys.exit(main())' \
+	    build --paths . --build-base $(COLCON_OUT)/build --install-base $(COLCON_OUT)/install
 
 demo: setup
 	$(PY) -m oxygen_ros.replay.demo
@@ -79,5 +108,13 @@ docs: $(VENV)/.docs-stamp
 	$(PY) -m sphinx -b html -W --keep-going -q docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
+# The runtime on numpy 1.26 (what apt ROS 2 on Ubuntu 24.04 ships): its own venv, .venv-numpy1, and the
+# tests of what the robot runs (model core, engine, node, bags, replay, norm_stats; not the sim, Ray or
+# the slow tests). docs/jetson.md has the result.
+check-numpy1:
+	$(MAKE) setup VENV=.venv-numpy1 NUMPY1=1 WITH_SIM=0 WITH_EVAL=0
+	.venv-numpy1/bin/python -c "import numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__; print('numpy', numpy.__version__)"
+	.venv-numpy1/bin/python -m pytest -q -m "not slow" test/core test/ros test/bags test/stats test/replay $(PYTEST_ARGS)
+
 clean:
-	rm -rf .venv .venv-jazzy $(COLCON_VENV) build install log .pytest_cache
+	rm -rf .venv .venv-jazzy .venv-numpy1 $(COLCON_VENV) build install log .pytest_cache

@@ -189,9 +189,10 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
 def main(argv: list[str] | None = None) -> int:
     """Console script ``evaluate``; returns the exit status (see the module doc)."""
     args = build_parser().parse_args(argv)
-    from oxygen_ros.evaluate.scheduler import RayOptions, run_episodes
+    from oxygen_ros.evaluate.scheduler import RayOptions, import_ray, run_episodes
 
     try:
+        import_ray()  # before anything is written: without Ray, say what to install
         ray_opts = RayOptions(args.address, args.workers, args.cpus_per_episode, args.gpus_per_episode)
         if not args.episode_timeout_s > 0:
             raise EvaluateError(f'--episode-timeout-s must be > 0, got {args.episode_timeout_s}')
@@ -214,14 +215,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f'evaluate: {len(rows)} of {len(episodes)} episodes already finished in {args.out}; '
               f'running {len(todo)}', file=sys.stderr)
 
+    progress = sys.stderr.isatty() if args.progress == 'auto' else args.progress == 'on'
+
     def on_row(row: dict) -> None:
         folder.save_row(row)
         rows[row['episode']] = row
         if row['status'] != 'ok':
             print(f'\nevaluate: episode {row["episode"]} {row["status"]}: {row["error"]}',
                   file=sys.stderr)
-
-    progress = sys.stderr.isatty() if args.progress == 'auto' else args.progress == 'on'
+        elif not progress:  # no bar (a pipe, a log file): one line per finished episode
+            print(f'evaluate: episode {row["episode"]} ok ({len(rows)}/{len(episodes)})', file=sys.stderr, flush=True)
     try:
         run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress,
                      skipped=len(rows))

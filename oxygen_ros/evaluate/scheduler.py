@@ -57,13 +57,32 @@ class RayOptions:
         self.address, self.workers, self.cpus, self.gpus = address, int(workers), float(cpus), float(gpus)
 
 
+def import_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        ValueError: Ray is not installed (the robot's runtime requirements leave it out), saying
+            what to install.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ValueError(f'evaluate runs its episodes on Ray, which is not installed here ({exc}); install '
+                         'it with `.venv/bin/pip install -r requirements-eval.txt` (or `make setup WITH_EVAL=1`)'
+                         ) from exc
+    return ray
+
+
 def _init_ray(opts: RayOptions) -> Any:
-    import ray
+    ray = import_ray()
 
     os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
     if opts.address:
         ray.init(address=opts.address, logging_level=logging.WARNING, log_to_driver=False)
     else:
+        # The embedded instance keeps Ray's default token authentication on; Ray announces that
+        # default with a WARNING on every start — that one logger is quietened (docs/evaluate.md says it).
+        logging.getLogger('ray._private.authentication.authentication_token_setup').setLevel(logging.ERROR)
         ray.init(num_cpus=max(1, int(round(opts.workers * opts.cpus + 0.4999))),
                  include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return ray

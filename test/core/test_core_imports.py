@@ -120,3 +120,15 @@ print(json.dumps({"torch_loaded": "torch" in sys.modules, "free": pool.num_block
 """
     res = run_blocked(("torch", "transformers", *ROS_PACKAGES), body)
     assert res == {"torch_loaded": False, "free": 4, "leaked": []}
+
+
+def test_an_older_torch_is_refused_with_what_to_install():
+    import pytest
+
+    from oxygen_ros.core.model import MIN_TORCH, check_torch_version
+
+    check_torch_version('2.13.0+cpu')
+    check_torch_version('.'.join(map(str, MIN_TORCH)) + '.0')
+    for old in ('2.5.1+cu124', '1.13.1', 'garbage'):
+        with pytest.raises(ImportError, match=r'oxygen_ros needs torch >= 2.6, this environment has torch '):
+            check_torch_version(old)

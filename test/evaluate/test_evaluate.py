@@ -202,6 +202,9 @@ def test_evaluate_open_loop_on_local_ray(tmp_path, capsys):
     argv = ['open-loop', str(bags), '--out', str(out), '--workers', '2', '--model', 'pi05-tiny',
             '--max-frames', '4', '--no-plots', '--progress', 'off']
     assert evaluate_main(argv) == 1  # one episode failed
+    err = capsys.readouterr().err  # no bar (--progress off): a line per finished episode as it ends
+    assert 'evaluate: episode first_2s ok (' in err and 'evaluate: episode first_3s ok (' in err, err
+    assert 'evaluate: episode zz_broken failed' in err, err
     rows = _table(out)
     assert [r['episode'] for r in rows] == ['first_2s', 'first_3s', 'zz_broken']
     assert [r['status'] for r in rows] == ['ok', 'ok', 'failed']
@@ -313,3 +316,21 @@ def test_resources_no_node_has_are_refused():
         check_resources(FakeRay, RayOptions(workers=1, cpus=1.0, gpus=1.0))
     with pytest.raises(ValueError, match='4 CPU'):
         check_resources(FakeRay, RayOptions(workers=1, cpus=4.0))
+
+
+def test_without_ray_evaluate_says_what_to_install_before_writing_anything(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kw):
+        if name == 'ray' or name.startswith('ray.'):
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, '__import__', no_ray)
+    out = tmp_path / 'eval'
+    assert evaluate_main(['open-loop', str(SAMPLE_BAG), '--out', str(out), '--model', 'pi05-tiny']) == 2
+    err = capsys.readouterr().err
+    assert "evaluate runs its episodes on Ray, which is not installed here" in err and 'requirements-eval.txt' in err
+    assert not out.exists()

@@ -158,7 +158,7 @@ def test_a_parameter_file_that_does_not_exist_stops_the_launch_naming_it(monkeyp
         _run_launch_file(monkeypatch, launch_file, **{argument: str(missing)})
     message = str(err.value)
     assert message.startswith(f'{argument}:={missing}: does not exist;'), message
-    assert f"the package's own are in {REPO / 'config'}: aloha.yaml, droid.yaml" in message, message
+    assert f"the package's own are in {REPO / 'config'}: aloha.yaml, aloha_lerobot.yaml, droid.yaml" in message, message
     with pytest.raises(FileNotFoundError, match=f'{argument}:=config/nope.yaml: does not exist '
                        r'\(relative to .*\)'):
         _run_launch_file(monkeypatch, launch_file, **{argument: 'config/nope.yaml'})
@@ -214,3 +214,43 @@ def test_colcon_build(tmp_path):
     for rel in ('launch/oxygen.launch.py', 'config/oxygen.yaml', 'config/droid.yaml', 'package.xml'):
         assert (share / rel).is_file(), rel
     assert (install / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'oxygen_ros').is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+@pytest.mark.skipif(not os.environ.get('OXYGEN_COLCON'), reason='the colcon venv of `make test` (OXYGEN_COLCON) is '
+                    'not set')
+def test_make_colcon_build_gives_launchers_that_run_the_project_venv(tmp_path):
+    """``make colcon-build``: the installed ``oxygen_node`` launcher's interpreter is this venv's (which
+    has rclpy — the colcon venv has not), and run as ``ros2 launch`` runs it (the install space's
+    site-packages on PYTHONPATH, as ``setup.bash`` puts it) it starts the node: it joins the graph
+    and stops cleanly on SIGINT."""
+    import signal
+
+    from domain_coordinator import domain_id
+
+    from ros_helpers import RosPeer, ros_env
+
+    venv = Path(sys.prefix)
+    colcon_venv = Path(os.environ['OXYGEN_COLCON']).resolve().parent.parent
+    proc = subprocess.run(['make', 'colcon-build', f'VENV={venv}', f'COLCON_VENV={colcon_venv}',
+                           f'COLCON_OUT={tmp_path}', '-o', f'{venv}/.stamp', '-o', f'{colcon_venv}/.stamp'],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    exe = tmp_path / 'install' / 'oxygen_ros' / 'lib' / 'oxygen_ros' / 'oxygen_node'
+    assert exe.read_text().splitlines()[0] == f'#!{sys.executable}', exe.read_text().splitlines()[0]
+    site = next((tmp_path / 'install' / 'oxygen_ros' / 'lib').glob('python3*/site-packages'))
+    with domain_id() as dom:
+        env = ros_env(dom)
+        env['PYTHONPATH'] = str(site)  # what `source install/setup.bash` adds; no checkout on the path
+        peer = RosPeer(dom, 'launcher_check')
+        node = subprocess.Popen([str(exe), '--ros-args', '-p', 'autostart:=false'], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            seen = peer.wait_for(lambda: ('oxygen', '/') in peer.node.get_node_names_and_namespaces(), 90)
+        finally:
+            node.send_signal(signal.SIGINT)
+            out = node.communicate(timeout=30)[0]
+            peer.close()
+    assert seen, f'the installed launcher never joined the graph:\n{out}'
+    assert node.returncode == 0 and 'ModuleNotFoundError' not in out, out

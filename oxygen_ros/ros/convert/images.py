@@ -31,7 +31,10 @@ __all__ = [
     'compressed_to_rgb', 'image_size', 'image_to_rgb', 'rgb_to_compressed_msg', 'rgb_to_image_msg',
 ]
 
-cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)  # see the module doc
+if hasattr(cv2.utils, 'logging'):  # see the module doc; OpenCV 5 moved it here from cv2.setLogLevel (4.x)
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+else:
+    cv2.setLogLevel(0)  # 0 = LOG_LEVEL_SILENT in OpenCV 4.x
 
 #: Most scans (SOS segments) a JPEG may hold: baseline has 1 per component, progressive ~10.
 MAX_JPEG_SCANS = 100
