@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "for each --compile mode (default: none and default), then exit")
     ap.add_argument("--action-cameras", action="store_true", help="also time the action path with 1, 2, 3 cameras")
     ap.add_argument("--out", type=Path, help="output folder (default out/bench/<profile>-<time>)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar (none either when stderr is not a terminal)")
     ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
     a.profile = "quick" if a.quick else "gpu" if a.gpu else ("custom" if any(
@@ -225,8 +225,8 @@ def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespac
     from tqdm import tqdm
     costs = CostModel(policy, block_size=BLOCK_SIZE, min_samples=a.cost_samples)
     warm_up(policy, points[0].layout, a.modes)
-    bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame", disable=a.no_progress,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame",  # no bar frames into a pipe
+               disable=a.no_progress or not sys.stderr.isatty(), file=sys.stderr, dynamic_ncols=True)
     results, skipped, last = [], [], 0.0
     for pt in points:
         if a.max_minutes and time.perf_counter() - t_start + last > 60 * a.max_minutes:

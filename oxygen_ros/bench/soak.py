@@ -30,6 +30,7 @@ schedules give the same tokens.
 from __future__ import annotations
 
 import argparse
+import os
 import gc
 import json
 import sys
@@ -291,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if a.json:
+        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as fh:
             fh.write(text + "\n")
     return 0 if report["ok"] else 1

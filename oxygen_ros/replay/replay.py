@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='replay', description=__doc__.split('\n\n')[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('bag', type=Path, help='rosbag2 folder (mcap/sqlite3) or .mcap file')
-    p.add_argument('--out', type=Path, default=None, help='output folder (default: replay_<bag name>)')
+    p.add_argument('--out', type=Path, default=None, help='output folder (default: out/replay_<bag name>)')
     p.add_argument('--params-file', type=Path, default=None,
                    help='node parameter YAML (default: the package config/oxygen.yaml)')
     p.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',
@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     """ReplayOptions from parsed flags."""
     return ReplayOptions(
-        bag=args.bag, out=args.out or Path(f'replay_{args.bag.resolve().name}'),
+        bag=args.bag, out=args.out or Path('out') / f'replay_{args.bag.resolve().name}',
         params_file=args.params_file, params=tuple(args.param), model=args.model,
         timing=args.timing, rate=args.rate, frame_period_s=args.frame_period,
         max_frames=args.max_frames, trigger_slot=args.trigger_slot,

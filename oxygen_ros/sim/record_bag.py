@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality 1..100 (default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)")
     return p
 
 
@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             instruction=args.instruction,
             jpeg_quality=args.jpeg_quality,
             overwrite=args.overwrite,
-            progress=not args.no_progress,
+            progress=not args.no_progress and sys.stderr.isatty(),  # no bar frames into a pipe
         )
     except (FileExistsError, ValueError) as exc:
         print(f"record_sim_bag: error: {exc}", file=sys.stderr)

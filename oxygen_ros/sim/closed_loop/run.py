@@ -352,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(format_report(report), flush=True)
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
     return 0 if report['ok'] else 1
 
