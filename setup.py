@@ -42,6 +42,7 @@ setup(
             "scripted_policy = oxygen_ros.sim.task.policy_node:main",
             "evaluate = oxygen_ros.evaluate.cli:main",
             "norm_stats = oxygen_ros.stats.tool:main",
+            "fake_robot = oxygen_ros.sim.fake_robot.run:main",
         ],
     },
 )

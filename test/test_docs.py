@@ -38,7 +38,7 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     'ingress_bench': 'oxygen_ros.ros.ingress.bench', 'hostile_inputs': 'oxygen_ros.ros.ingress.hostile',
     'closed_loop': 'oxygen_ros.sim.closed_loop.run',
     'norm_stats': 'oxygen_ros.stats.tool', 'oxygen': 'oxygen_ros.ros.cli.main',
-    'evaluate': 'oxygen_ros.evaluate.cli',
+    'evaluate': 'oxygen_ros.evaluate.cli', 'fake_robot': 'oxygen_ros.sim.fake_robot.run',
 }
 ROS_SCRIPTS = ('oxygen_node', 'aloha_sim', 'scripted_policy')
 _ENV = re.compile(r'^[A-Z_][A-Z0-9_]*=\S*$')
