@@ -193,7 +193,7 @@ def test_record_writes_the_node_and_sensor_topics_into_a_readable_bag(oxygen, tm
     again = oxygen.run('record', '/joint_states', '-o', str(bag), '--duration', '1')
     assert again.returncode == 2 and 'exists; choose another -o or pass --overwrite' in again.stderr, again
     assert _bag_counts(bag) == counts  # untouched
-    again = oxygen.run('record', '/joint_states', '-o', str(bag), '--duration', '1', '--overwrite')
+    again = oxygen.run('record', '/joint_states', '-o', str(bag), '--duration', '4', '--overwrite')  # discovery: ~1 s
     assert again.returncode == 0 and set(_bag_counts(bag)) == {'/joint_states'}, again
 
 
