@@ -234,3 +234,57 @@ def test_every_guide_that_calls_the_tools_says_to_put_the_venv_on_path() -> None
         calls = [t for t in tools if re.search(rf'(?m)^(\$ )?{t} ', text)]
         if calls and page.name != 'README.md':
             assert 'source .venv/bin/activate' in text, f'{page.name} calls {sorted(calls)} without the PATH line'
+
+
+# ------------------------------------------------------------------ sample outputs (docs/_samples/refresh.py)
+def _samples_module():
+    spec = importlib.util.spec_from_file_location('refresh_samples', REPO / 'docs' / '_samples' / 'refresh.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sample_blocks() -> list[tuple[str, str, str]]:
+    """(page, sample name, block text) of every ``<!-- sample: NAME -->`` block."""
+    mod = _samples_module()
+    return [(page.name, m[1], m[2]) for page in _pages() for m in mod.MARK.finditer(page.read_text())]
+
+
+def _report_labels(text: str) -> list[str]:
+    """The report's line labels (its first 18 columns, numbers and values masked) from 'replay of' on."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('replay of '))
+    return ['replay of'] + [line[:18].rstrip() for line in lines[start + 1:] if line[:18].strip()]
+
+
+def test_every_sample_block_names_a_sample_the_script_makes() -> None:
+    names = {name for _, name, _ in _sample_blocks()}
+    assert names and names <= set(_samples_module().SAMPLES), names
+    assert {p for p, n, _ in _sample_blocks() if n == 'demo'} == {'README.md', 'getting_started.md'}
+
+
+@pytest.mark.slow
+def test_the_demo_sample_has_the_structure_of_the_report_the_replay_prints_now(tmp_path) -> None:
+    """The README / getting-started sample is a real `make demo` run (docs/_samples/refresh.py); the
+    replay of the same bag with the same parameter file on pi05-tiny must print the same lines with
+    the same labels — a line added, removed or renamed in the report fails here until the samples
+    are refreshed."""
+    from oxygen_ros.replay.replay import ReplayOptions, replay
+
+    result = replay(ReplayOptions(bag=REPO / 'data' / 'aloha_sim_sample', out=tmp_path / 'out', progress='off',
+                                  show_text=False, plots=False,
+                                  params=('model:=pi05-tiny', 'num_threads:=1')))
+    want = _report_labels(result.report)
+    for page, name, block in _sample_blocks():
+        if name == 'demo':
+            assert _report_labels(block) == want, (page, _report_labels(block), want)
+
+
+def test_the_norm_stats_sample_is_what_norm_stats_prints(tmp_path, capsys) -> None:
+    from oxygen_ros.stats.tool import main as norm_stats
+
+    assert norm_stats(['data/aloha_sim_sample', '--params-file', str(REPO / 'config' / 'oxygen.yaml'), '--out',
+                       str(tmp_path), '--progress', 'off']) == 0
+    out = capsys.readouterr().out.replace(str(tmp_path), '/tmp/stats').splitlines()
+    block = next(b for _, n, b in _sample_blocks() if n == 'norm_stats').splitlines()
+    assert block[1:3] == out[:2] and block[-1] == out[-1], (block, out)
