@@ -76,8 +76,15 @@ def test_waiting_notice_is_not_the_end_and_an_end_notice_is_exit_1():
     for x in d:
         r.delta(x)
     r.text(t)
-    assert r.code == 1 and ''.join(out) == 'so [request 3 expired: waited 30.0 s]\n'
+    assert r.code == 1 and ''.join(out) == 'so\n'  # the notice is not the answer: stdout has the answer only
     assert err[-1] == 'request 3 expired: waited 30.0 s\n'
+    r, out, err = _reader('hi')  # expired before any token: nothing on stdout, the reason on stderr
+    r.published()
+    d, t = _stream('ask', 4, 'hi', [], '[request 4 expired: waited 30.0 s]')
+    for x in d:
+        r.delta(x)
+    r.text(t)
+    assert (r.code, out, err) == (1, [], ['request 4 expired: waited 30.0 s\n'])
 
 
 @pytest.mark.parametrize('header', ['id', 'none'])

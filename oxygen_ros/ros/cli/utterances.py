@@ -118,6 +118,10 @@ class AskReader:
                 self.request_id, self._live = rid, True
             return
         if self._live and not self._closed:
+            end = _END.search(text)  # an end notice is not the answer: its reason goes to err at the end
+            text = text if end is None else text[:end.start()].rstrip(' ')
+            if not text:
+                return
             self._printed += text
             self.deltas += 1
             self._out(text)
@@ -152,13 +156,17 @@ class AskReader:
             self._finish(body, rid)
 
     def _finish(self, body: str, rid: int | None) -> None:
-        if body.startswith(self._printed):
-            self._out(body[len(self._printed):] + '\n')
-        elif not self._printed.startswith(body):
-            self._out('\n' + body + '\n')
+        notice = end_notice(body)
+        end = _END.search(body)
+        shown = body if end is None else body[:end.start()].rstrip(' ')  # the answer without the notice
+        if end is not None and not shown and not self._printed:
+            pass  # nothing was answered: only the reason, on err
+        elif shown.startswith(self._printed):
+            self._out(shown[len(self._printed):] + '\n')
+        elif not self._printed.startswith(shown):
+            self._out('\n' + shown + '\n')
         else:
             self._out('\n')
-        notice = end_notice(body)
         if notice is not None and rid in (None, notice[0]):
             nid, outcome, reason = notice
             self._err(f'request {nid} {outcome}' + (f': {reason}' if reason else '') + '\n')
