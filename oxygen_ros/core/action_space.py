@@ -104,7 +104,8 @@ class ActionSpaceConfig:
                 raise bad(name, list(v), "names must be unique")
         if self.absolute_joints and self.kind in ("absolute", "ee_delta"):
             raise bad("absolute_joints", list(self.absolute_joints),
-                      f"only meaningful with kind delta or velocity (kind is {self.kind!r})")
+                      f"only meaningful with kind delta or velocity (kind is {self.kind!r}); "
+                      "set action_space.absolute_joints: []")
         if bool(self.gripper_joints) != (self.gripper_conversion != "none"):
             raise bad("gripper_joints", list(self.gripper_joints),
                       f"gripper_joints and gripper_conversion (={self.gripper_conversion!r}) go together")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxygen_ros.core.action_space import ActionSpace
+from oxygen_ros.core.action_space import ActionSpace, aloha_gripper_from_angular, aloha_gripper_to_angular
 from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
@@ -91,3 +91,37 @@ def test_the_lerobot_checkpoint_configures_with_its_profile_and_refuses_the_open
     with pytest.raises(ValueError, match=r"action_space.flip_joints and action_space.gripper_conversion are openpi's "
                                          r"ALOHA runtime conventions .* use config/aloha_lerobot.yaml"):
         action_space(openpi)
+
+
+def test_lerobot_profile_passes_actions_out_unconverted_openpi_profile_converts_the_grippers():
+    rng = np.random.default_rng(1)
+    state = rng.uniform(-0.5, 0.5, 14)
+    state[[6, 13]] = [0.2, 0.8]
+    actions = rng.uniform(-0.3, 0.3, (4, 14))
+    cfg = profile("aloha_lerobot.yaml")
+    lr = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
+    np.testing.assert_allclose(lr.to_robot(actions, lr.state_to_model(state)).positions, actions, atol=1e-7)
+    cfg = profile("aloha.yaml")
+    op = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
+    ms = op.state_to_model(state)
+    np.testing.assert_allclose(ms[[6, 13]], aloha_gripper_to_angular(state[[6, 13]]), atol=1e-6)
+    out = op.to_robot(actions, ms).positions
+    np.testing.assert_allclose(out[:, [6, 13]], aloha_gripper_from_angular(actions[:, [6, 13]]), atol=1e-6)
+    assert np.sign(out[:, [1, 2, 8, 9]]).tolist() == (-np.sign(actions + ms)[:, [1, 2, 8, 9]]).tolist()
+
+
+def test_absolute_joints_with_kind_absolute_says_to_empty_them():
+    with pytest.raises(ParamsFileError, match=r"absolute_joints.*set action_space.absolute_joints: \[\]"):
+        load_node_config(CONFIG / "aloha.yaml", ["action_space.kind:=absolute"])
+
+
+def test_replay_of_a_lerobot_checkpoint_runs_with_aloha_lerobot_and_refuses_aloha(tmp_path, capsys):
+    from bag_edit import SAMPLE_BAG
+    from oxygen_ros.replay.replay import main
+
+    ckpt = lerobot_checkpoint(tmp_path)
+    common = [str(SAMPLE_BAG), "--model", str(ckpt), "--no-plots", "--max-frames", "2", "--progress", "off"]
+    assert main([*common, "--params-file", str(CONFIG / "aloha.yaml"), "--out", str(tmp_path / "a")]) == 2
+    assert "use config/aloha_lerobot.yaml" in capsys.readouterr().err
+    assert main([*common, "--params-file", str(CONFIG / "aloha_lerobot.yaml"), "--out", str(tmp_path / "b")]) == 0
+    assert "2 action chunks" in capsys.readouterr().out
