@@ -9,7 +9,7 @@ subscribes to the operator's commands (``sensor_msgs/JointState`` positions by n
 ``time_from_start``) and compares each with the policy's action *for that time*: the point of the
 newest chunk covering it (chunk point ``i`` is due at chunk stamp + ``(i + 1)·control_period_s``,
 as the trajectory says). The absolute errors of a sliding window go to ``/diagnostics``
-(``shadow_*`` keys): overall mean and max, the joint with the largest mean error, per-joint means,
+(``shadow_*`` keys): overall mean and max, the joint with the largest mean error, per-joint means and maxima,
 counts of compared commands, of operator messages dropped (non-finite, lengths that do not match
 the names) and of commands no chunk covered yet; operator joints the policy does not command are
 listed once. This is the "compare the policy with the operator's teleop before it moves the
@@ -122,8 +122,8 @@ class ShadowComparison:
 
     def summary(self) -> dict[str, object]:
         """``shadow_*`` diagnostics: counts, and over the window the overall mean / max absolute
-        error, the worst joint (largest mean) and each joint's mean (robot units; -1 when nothing
-        was compared)."""
+        error, the worst joint (largest mean) and each joint's mean and max (robot units; -1 when
+        nothing was compared; a joint never compared has no per-joint keys)."""
         with self._lock:
             return self._summary()
 
@@ -136,12 +136,13 @@ class ShadowComparison:
             return out
         errs = np.stack([e for _, e in self._errors])  # [N, n]
         seen = ~np.isnan(errs).all(0)
-        means = np.full(len(self.joints), np.nan)
-        means[seen] = np.nanmean(errs[:, seen], 0)
+        means, maxes = np.full(len(self.joints), np.nan), np.full(len(self.joints), np.nan)
+        means[seen], maxes[seen] = np.nanmean(errs[:, seen], 0), np.nanmax(errs[:, seen], 0)
         worst = int(np.nanargmax(means))
         out.update(shadow_error_mean=round(float(np.nanmean(errs)), 6), shadow_error_max=round(float(np.nanmax(errs)), 6),
                    shadow_error_worst_joint=self.joints[worst])
         out.update({f'shadow_error_mean {j}': round(float(means[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
+        out.update({f'shadow_error_max {j}': round(float(maxes[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
         return out
 
 

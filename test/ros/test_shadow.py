@@ -35,6 +35,13 @@ def test_each_command_is_compared_with_the_point_due_at_its_time_by_joint_name()
     assert s['shadow_error_mean'] == pytest.approx((0.25 + 0.5 + 1.0) / 3)
     assert s['shadow_error_mean a'] == 0.5 and s['shadow_error_mean b'] == 1.0 and s['shadow_error_mean c'] == 0.25
     assert s['shadow_error_worst_joint'] == 'b'
+    assert s['shadow_error_max a'] == 0.5 and s['shadow_error_max b'] == 1.0 and s['shadow_error_max c'] == 0.25
+    assert cmp.add_command(['a'], [2.5], 10.3)                      # point 2: |2.5-2|
+    assert cmp.add_command(['a'], [1.0], 10.2)                      # point 1: |1.0-1.5|
+    assert cmp.add_command(['a'], [2.75], 10.3)                     # point 2: |2.75-2|
+    s = cmp.summary()
+    assert s['shadow_error_max a'] == 0.75 and s['shadow_error_mean a'] == pytest.approx((0.5 * 3 + 0.75) / 4)
+    assert s['shadow_error_max b'] == 1.0 and s['shadow_error_max'] == 1.0 and s['shadow_compared'] == 5
 
 
 def test_bad_operator_messages_are_counted_never_raised():
