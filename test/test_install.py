@@ -66,7 +66,7 @@ def test_python312_venv_resolves_and_imports_every_pin_but_torch(tmp_path: Path)
     _run([py, '-m', 'venv', str(venv)])
     pip = [str(venv / 'bin' / 'python'), '-m', 'pip', 'install', '-q', '--disable-pip-version-check']
     _run([*pip, '-r', str(_pins_without_torch(tmp_path)), '-r', str(REPO / 'requirements-ros.txt'),
-          '-r', str(REPO / 'requirements-sim.txt')])
+          '-r', str(REPO / 'requirements-sim.txt'), '-r', str(REPO / 'requirements-dev.txt')])
     code = ('import importlib, sys; assert sys.version_info[:2] == (3, 12), sys.version\n'
             f'for m in {IMPORTS!r}: importlib.import_module(m)\n'
             'import rclpy; rclpy.init(); n = rclpy.create_node("pins312"); n.destroy_node(); rclpy.shutdown()\n'

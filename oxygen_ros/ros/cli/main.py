@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
              'no message on any topic. Topics still absent after --timeout are named on stderr.')
     p.add_argument('topics', nargs='+', metavar='TOPIC', help='topics to record (e.g. /joint_states /action_chunk)')
     p.add_argument('-o', '--output', type=Path, required=True, metavar='BAG', help='the bag folder to write')
-    p.add_argument('--duration', type=_positive, default=None, metavar='SEC', help='stop after SEC seconds')
+    p.add_argument('--duration', type=_positive, default=None, metavar='SEC',
+                   help='record SEC seconds, counted from the first topic subscribed')
     p.add_argument('--overwrite', action='store_true', help='replace an existing bag folder BAG')
 
     p = verb('listen', "print the language tasks' utterances as they stream, one line each",

@@ -5,7 +5,9 @@ Each topic's type is read from the graph; a topic that is not there yet is subsc
 appears. Messages are written with rosbags (:class:`~oxygen_ros.bags.recorder.Recorder`), stamped
 with the time they were received. Recording stops after ``--duration`` seconds, on Ctrl-C (SIGINT)
 or SIGTERM; the bag is finished in every case and appears at ``-o`` only then, readable by
-``replay``, ``bag_player``, ``norm_stats`` and ``ros2 bag``.
+``replay``, ``bag_player``, ``norm_stats`` and ``ros2 bag``. ``--duration`` counts from the moment the first
+topic is subscribed (graph discovery takes a moment); when none appears within ``--timeout`` the
+recording ends empty.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ EXIT_EMPTY = 4
 
 def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | None, overwrite: bool,
            out: Callable[[str], None], err: Callable[[str], None]) -> int:
-    """Record ``topics`` into the bag folder ``out_path`` until ``duration`` seconds (None: until
-    Ctrl-C / SIGTERM), then print one line per topic with its message count.
+    """Record ``topics`` into the bag folder ``out_path`` for ``duration`` seconds from the first topic
+    subscribed (None: until Ctrl-C / SIGTERM), then print one line per topic with its message count.
 
     Topics not in the graph after the peer's timeout are named on stderr once (recording goes on
     and picks them up if they appear); a topic whose message type is not installed is named and
@@ -51,7 +53,7 @@ def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | 
     stop = [False]
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, True))
     start = time.monotonic()
-    end = None if duration is None else start + duration
+    end = None  # --duration counts from the first topic subscribed (discovery takes its time)
     warned = False
     next_look = 0.0
     err(f'recording {", ".join(rec.topics)} into {out_path} '
@@ -64,13 +66,17 @@ def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | 
                 next_look = now + 0.5
                 for topic in list(rec.unavailable):
                     err(f'oxygen record: {topic} not recorded: {rec.unavailable.pop(topic)}\n')
+            if duration is not None and end is None and rec.subscribed:
+                end = now + duration
             if not warned and now - start > peer.timeout:
                 absent = [t for t in rec.topics if t not in rec.subscribed]
                 if absent:
                     err(f'oxygen record: not in the graph after {peer.timeout:g} s: {absent} '
                         '(recording the others; they are picked up if they appear)\n')
                 warned = True
-            peer.spin_for(min(0.1, max(0.0, (end or now + 0.1) - now)))
+                if duration is not None and not rec.subscribed:
+                    break  # nothing to record appeared: an empty recording, said below
+            peer.spin_for(0.1 if end is None else min(0.1, max(0.0, end - now)))
     except KeyboardInterrupt:
         pass
     finally:
