@@ -12,6 +12,13 @@ leading ``VAR=value`` assignments allowed):
 - ``ros2 launch oxygen_ros <file> name:=value``: the launch file exists and declares each argument.
 
 Anything else in a marked block is an error, so a block is marked only when it can be checked.
+
+Every ```bash block, marked or not, must run as written from the repository root with the venv on
+``PATH`` (``source .venv/bin/activate``, getting_started.md): the first word of each command (after
+``VAR=value`` assignments and ``sudo``/``env``; each side of ``|``, ``&&``, ``||``, ``;``, ``&``) is a
+console script of setup.py, a file in the venv's ``bin/`` (bare or as ``.venv/bin/NAME``), a path
+that exists in the repository (``./…``, ``.ci/run``) or one of :data:`SYSTEM_COMMANDS`; a page that
+calls a tool by its bare name says how to put the venv on ``PATH`` before it does.
 """
 
 from __future__ import annotations
@@ -208,6 +215,150 @@ def test_the_checker_accepts_current_commands(argv: list[str], monkeypatch: pyte
     check_command(argv, monkeypatch)
 
 
+# ------------------------------------------------------------------ every command of every bash block resolves
+# Commands the guides may call that are not this project's: the system's, ROS 2's and the tools of other
+# projects a guide points to (openpi's `uv run` in an openpi checkout, Docker, apt on the robot).
+SYSTEM_COMMANDS = frozenset({
+    'apt', 'apt-get', 'cat', 'cd', 'colcon', 'cp', 'curl', 'docker', 'echo', 'export', 'git', 'kill', 'ls',
+    'make', 'mkdir', 'mv', 'nvidia-smi', 'pip', 'pip3', 'python', 'python3', 'rm', 'ros2', 'sleep', 'source',
+    'tar', 'uv', 'wait',
+})
+_PREFIXES = ('sudo', 'env', 'time', 'nohup')
+_SEPARATORS = frozenset({'|', '||', '&&', ';', '&', '|&', '(', ')'})
+VENV_BIN = Path(sys.executable).parent
+PATH_LINE = 'source .venv/bin/activate'
+
+
+def bash_blocks(text: str) -> list[tuple[int, str]]:
+    """(line number of the block's first line, block text) of every ```bash block of a page's text."""
+    lines, out, start = text.splitlines(), [], None
+    for i, line in enumerate(lines):
+        if start is None and line.strip() == '```bash':
+            start = i + 1
+        elif start is not None and line.strip() == '```':
+            out.append((start + 1, '\n'.join(lines[start:i])))
+            start = None
+    return out
+
+
+def command_lines(block: str, first_line: int) -> list[tuple[int, str]]:
+    """(line number, command) per command line of a block: ``\\`` continuations joined, comments and
+    blank lines skipped."""
+    out, pending, pending_line = [], '', 0
+    for n, line in enumerate(block.splitlines(), first_line):
+        if not pending and (not line.strip() or line.lstrip().startswith('#')):
+            continue
+        pending_line = pending_line if pending else n
+        if line.rstrip().endswith('\\'):
+            pending += line.rstrip()[:-1] + ' '
+            continue
+        out.append((pending_line, pending + line))
+        pending = ''
+    if pending:
+        out.append((pending_line, pending))
+    return out
+
+
+def first_words(command: str) -> list[str]:
+    """The program each simple command of a shell line runs: the first word after ``VAR=value``
+    assignments and ``sudo``/``env``/``time``/``nohup``, on each side of ``|``, ``&&``, ``||``, ``;``
+    and ``&``. Raises ValueError where the line is not valid shell quoting."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, '#'
+    words, expect = [], True
+    for token in lexer:
+        if token in _SEPARATORS:
+            expect = True
+        elif expect and not (_ENV.match(token) or token in _PREFIXES):
+            words.append(token)
+            expect = False
+    return words
+
+
+def resolves(word: str) -> bool:
+    """Whether ``word`` runs from the repository root with the venv on PATH (see the module docstring)."""
+    if word.startswith('.venv/bin/'):
+        name = word.removeprefix('.venv/bin/')
+        return name in _console_scripts() or (VENV_BIN / name).is_file()
+    if '/' in word:
+        return (REPO / word).exists()
+    return word in SYSTEM_COMMANDS or word in _console_scripts() or (VENV_BIN / word).is_file()
+
+
+def unresolved_commands(page: str, text: str) -> list[str]:
+    """One message per command of the page's ```bash blocks that does not resolve, naming the page,
+    the line and the command; and one for a bare tool name used before the page puts the venv on
+    PATH."""
+    lines, errors = text.splitlines(), []
+    tools = set(_console_scripts()) | {p.name for p in VENV_BIN.iterdir()} - SYSTEM_COMMANDS
+    for first, block in bash_blocks(text):
+        for line, command in command_lines(block, first):
+            try:
+                words = first_words(command)
+            except ValueError as e:
+                errors.append(f'{page}:{line}: `{command.strip()}`: not valid shell ({e})')
+                continue
+            for word in words:
+                if not resolves(word):
+                    errors.append(f'{page}:{line}: `{command.strip()}`: {word!r} is not a console script of '
+                                  f'setup.py, a file in the venv ({VENV_BIN}), a path in the repository or a '
+                                  'system command of SYSTEM_COMMANDS in test/test_docs.py')
+                elif word in tools and not any(PATH_LINE in ln for ln in lines[:line - 1]):
+                    errors.append(f'{page}:{line}: `{command.strip()}`: {word!r} runs only with the venv on '
+                                  f'PATH, and the page does not say `{PATH_LINE}` before it (or write '
+                                  f'.venv/bin/{word})')
+    return errors
+
+
+@pytest.mark.parametrize('page', _pages(), ids=[p.name for p in _pages()])
+def test_every_command_of_the_guides_runs_as_written(page: Path) -> None:
+    errors = unresolved_commands(str(page.relative_to(REPO)), page.read_text())
+    assert not errors, '\n'.join(errors)
+
+
+@pytest.mark.parametrize('command,word', [
+    ('frobnicate --fast', 'frobnicate'),                           # a bare command that exists nowhere
+    ('replays data/aloha_sim_sample', 'replays'),                   # a misspelled console script
+    ('make demo && frobnicate', 'frobnicate'),
+    ('cat notes.txt | frobnicate -x', 'frobnicate'),
+    ('sudo ROS_DOMAIN_ID=3 frobnicate', 'frobnicate'),
+    ('.venv/bin/no_such_tool --help', '.venv/bin/no_such_tool'),
+    ('./scripts/no_such_script.sh', './scripts/no_such_script.sh'),
+])
+def test_the_resolver_names_a_command_that_does_not_exist(command: str, word: str) -> None:
+    page = f'Intro.\n\n```bash\nmake setup\n{command}\n```\n'
+    errors = unresolved_commands('docs/fake.md', page)
+    assert len(errors) == 1 and errors[0].startswith(f'docs/fake.md:5: `{command}`: {word!r} is not'), errors
+
+
+def test_the_resolver_wants_the_path_line_before_a_bare_tool() -> None:
+    bare = '```bash\nreplay data/aloha_sim_sample\n```\n'
+    errors = unresolved_commands('docs/fake.md', bare)
+    assert len(errors) == 1 and 'docs/fake.md:2:' in errors[0] and PATH_LINE in errors[0], errors
+    assert unresolved_commands('docs/fake.md', f'`{PATH_LINE}` first.\n\n{bare}') == []
+
+
+@pytest.mark.parametrize('command', [
+    'replay data/aloha_sim_sample --out out/r',                     # console script, on PATH after the line
+    '.venv/bin/oxygen_node --ros-args --params-file config/aloha.yaml',
+    'ray start --head',                                             # a file of the venv's bin/
+    'ROS_DOMAIN_ID=42 oxygen status --key "shadow*"',
+    'sudo apt install ros-jazzy-ros-base python3-venv   # from apt',
+    'git clone <this repo> oxygen_ros && cd oxygen_ros',
+    '.ci/run',
+    'cp -r /tmp/ckpt /tmp/nostats && rm /tmp/nostats/policy_*',
+    "echo '{\"vision\": {\"num_heads\": 2}}' > /tmp/ckpt/oxygen_config.json",
+])
+def test_the_resolver_accepts_what_runs(command: str) -> None:
+    assert unresolved_commands('docs/fake.md', f'{PATH_LINE}\n```bash\n{command}\n```\n') == []
+
+
+def test_command_lines_join_continuations_and_keep_line_numbers() -> None:
+    block = '# a comment\nreplay a \\\n    --out b\n\nbench --quick   # trailing comment'
+    assert command_lines(block, 10) == [(11, 'replay a      --out b'), (14, 'bench --quick   # trailing comment')]
+    assert first_words('A=1 B=2 sudo env C=3 make x | tee y && ./z; w & v') == ['make', 'tee', './z', 'w', 'v']
+
+
 def _console_scripts() -> dict[str, str]:
     """``name -> module`` of setup.py's console_scripts (read statically)."""
     tree = ast.parse((REPO / 'setup.py').read_text())
@@ -225,15 +376,6 @@ def test_the_checked_tools_are_the_console_scripts_of_the_venv() -> None:
     for name, module in scripts.items():
         assert importlib.util.find_spec(module) is not None, (name, module)
         assert (Path(sys.executable).parent / name).exists(), f'{name} is not installed in {Path(sys.executable).parent}'
-
-
-def test_every_guide_that_calls_the_tools_says_to_put_the_venv_on_path() -> None:
-    tools = set(_console_scripts())
-    for page in _pages():
-        text = page.read_text()
-        calls = [t for t in tools if re.search(rf'(?m)^(\$ )?{t} ', text)]
-        if calls and page.name != 'README.md':
-            assert 'source .venv/bin/activate' in text, f'{page.name} calls {sorted(calls)} without the PATH line'
 
 
 # ------------------------------------------------------------------ sample outputs (docs/_samples/refresh.py)
