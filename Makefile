@@ -77,15 +77,21 @@ $(COLCON_VENV)/.stamp: requirements-colcon.txt
 	$(COLCON_VENV)/bin/python -m pip install -q -r requirements-colcon.txt
 	touch $@
 
-# An install space for `ros2 launch`: colcon (from its own venv) runs under the project's interpreter,
-# so setup.py — and with it every launcher's shebang in install/oxygen_ros/lib/oxygen_ros/ — is the
-# project venv's python, which has rclpy, torch and transformers. Then, in a shell:
+# An install space for `ros2 launch`. colcon builds an ament_python package by running its setup.py with
+# the interpreter colcon itself runs on (colcon_core.task.python.build: sys.executable), and setuptools
+# writes that interpreter into every launcher's shebang (install/oxygen_ros/lib/oxygen_ros/*). A colcon
+# from its own venv, or apt's on /usr/bin/python3, thus gives launchers that cannot import rclpy or
+# torch. Here colcon runs under the project venv's python instead: the environment's colcon where
+# that python can import it (apt's python3-colcon-* with ROS_FROM_APT=1), else the colcon venv's
+# packages put in front of PYTHONPATH. Then, in a shell:
 #   source install/setup.bash && ros2 launch oxygen_ros oxygen.launch.py
 COLCON_OUT ?= .
 colcon-build: setup $(COLCON_VENV)/.stamp
-	@echo "colcon build of oxygen_ros into $(COLCON_OUT)/install, launchers running $(abspath $(PY))"
-	PYTHONPATH="$$($(COLCON_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-	AMENT_PREFIX_PATH="$${AMENT_PREFIX_PATH:-$(abspath $(COLCON_VENV))}" \
+	@if $(PY) -c 'import colcon_core' 2>/dev/null; then pp="$$PYTHONPATH"; src="the environment's colcon"; \
+	else pp="$$($(COLCON_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')$${PYTHONPATH:+:$$PYTHONPATH}"; \
+	     src="colcon from $(COLCON_VENV)"; fi; \
+	echo "colcon build of oxygen_ros into $(COLCON_OUT)/install ($$src), launchers running $(abspath $(PY))"; \
+	PYTHONPATH="$$pp" \
 	$(abspath $(PY)) -c 'import sys; from colcon_core.command import main; sys.exit(main())' \
 	    build --paths . --build-base $(COLCON_OUT)/build --install-base $(COLCON_OUT)/install
 

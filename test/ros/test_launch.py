@@ -224,7 +224,8 @@ def test_make_colcon_build_gives_launchers_that_run_the_project_venv(tmp_path):
     """``make colcon-build``: the installed ``oxygen_node`` launcher's interpreter is this venv's (which
     has rclpy — the colcon venv has not), and run as ``ros2 launch`` runs it (the install space's
     site-packages on PYTHONPATH, as ``setup.bash`` puts it) it starts the node: it joins the graph
-    and stops cleanly on SIGINT."""
+    and stops cleanly on SIGINT. A colcon the venv's python imports itself (apt's) is used as it is,
+    with the same launchers."""
     import signal
 
     from domain_coordinator import domain_id
@@ -237,8 +238,20 @@ def test_make_colcon_build_gives_launchers_that_run_the_project_venv(tmp_path):
                            f'COLCON_OUT={tmp_path}', '-o', f'{venv}/.stamp', '-o', f'{colcon_venv}/.stamp'],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f'(colcon from {colcon_venv}), launchers running {sys.executable}' in proc.stdout, proc.stdout[-3000:]
     exe = tmp_path / 'install' / 'oxygen_ros' / 'lib' / 'oxygen_ros' / 'oxygen_node'
     assert exe.read_text().splitlines()[0] == f'#!{sys.executable}', exe.read_text().splitlines()[0]
+    # A colcon the venv's python can import itself (apt's python3-colcon-* seen through
+    # --system-site-packages; here: the colcon venv's packages on PYTHONPATH) is used as it is.
+    purelib = subprocess.run([str(colcon_venv / 'bin' / 'python'), '-c', 'import sysconfig; '
+                              'print(sysconfig.get_paths()["purelib"])'], capture_output=True, text=True).stdout.strip()
+    own = subprocess.run(['make', 'colcon-build', f'VENV={venv}', f'COLCON_VENV={colcon_venv}',
+                          f'COLCON_OUT={tmp_path / "own"}', '-o', f'{venv}/.stamp', '-o', f'{colcon_venv}/.stamp'],
+                         cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=purelib))
+    assert own.returncode == 0, own.stdout[-3000:] + own.stderr[-3000:]
+    assert "(the environment's colcon)" in own.stdout, own.stdout[-3000:]
+    own_exe = tmp_path / 'own' / 'install' / 'oxygen_ros' / 'lib' / 'oxygen_ros' / 'oxygen_node'
+    assert own_exe.read_text().splitlines()[0] == f'#!{sys.executable}'
     site = next((tmp_path / 'install' / 'oxygen_ros' / 'lib').glob('python3*/site-packages'))
     with domain_id() as dom:
         env = ros_env(dom)
