@@ -132,3 +132,15 @@ def test_an_older_torch_is_refused_with_what_to_install():
     for old in ('2.5.1+cu124', '1.13.1', 'garbage'):
         with pytest.raises(ImportError, match=r'oxygen_ros needs torch >= 2.6, this environment has torch '):
             check_torch_version(old)
+
+
+def test_importing_the_model_under_an_older_torch_fails_at_once_naming_it():
+    """The check runs on import of ``oxygen_ros.core.model`` (what the node, replay and norm_stats
+    import first), with the installed torch's own version string."""
+    code = ("import torch; torch.__version__ = '2.5.1+cu124'\n"
+            "try:\n    import oxygen_ros.core.model.ckpt_files\n"
+            "except ImportError as e:\n    print(e)\nelse:\n    print('imported')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("oxygen_ros needs torch >= 2.6, this environment has torch 2.5.1+cu124: "), out.stdout
+    assert "docs/jetson.md" in out.stdout
