@@ -201,7 +201,7 @@ def test_record_writes_the_node_and_sensor_topics_into_a_readable_bag(oxygen, tm
 def test_record_stops_on_a_signal_and_finishes_the_bag(oxygen, tmp_path, sig):
     oxygen.start_feed()
     cmd = oxygen.start('record', '/joint_states', '-o', str(tmp_path / 'bag'))
-    assert cmd.wait_for(lambda: 'recording /joint_states' in ''.join(cmd.err), 60), (cmd.out, cmd.err)
+    assert cmd.wait_for(lambda: '/joint_states subscribed' in ''.join(cmd.err), 60), (cmd.out, cmd.err)
     time.sleep(2.0)
     cmd.proc.send_signal(sig)
     rc, out, err = cmd.finish(60)

@@ -62,8 +62,12 @@ def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | 
         while not stop[0] and (end is None or time.monotonic() < end):
             now = time.monotonic()
             if now >= next_look:  # subscribe to topics that appeared since
+                before = set(rec.subscribed)
                 rec.subscribe(0.0, settle=0.0)
                 next_look = now + 0.5
+                for topic in rec.subscribed:
+                    if topic not in before:
+                        err(f'oxygen record: {topic} subscribed\n')
                 for topic in list(rec.unavailable):
                     err(f'oxygen record: {topic} not recorded: {rec.unavailable.pop(topic)}\n')
             if duration is not None and end is None and rec.subscribed:
