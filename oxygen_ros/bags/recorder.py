@@ -41,7 +41,10 @@ class Recorder:
         while True:
             graph = dict(self.node.get_topic_names_and_types())
             for topic in self.topics:
-                if topic not in self._subs and topic not in self.unavailable and graph.get(topic):
+                # subscribe once a publisher is known: its offered QoS picks ours (a topic the graph lists
+                # only for a subscriber, e.g. the node's /joint_states, has no reliability to match yet)
+                if (topic not in self._subs and topic not in self.unavailable and graph.get(topic)
+                        and self.node.count_publishers(topic) > 0):
                     try:
                         cls = msg_class(graph[topic][0])
                     except BagError as exc:

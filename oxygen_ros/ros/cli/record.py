@@ -28,7 +28,7 @@ EXIT_EMPTY = 4
 def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | None, overwrite: bool,
            out: Callable[[str], None], err: Callable[[str], None]) -> int:
     """Record ``topics`` into the bag folder ``out_path`` for ``duration`` seconds from the first topic
-    subscribed (None: until Ctrl-C / SIGTERM), then print one line per topic with its message count.
+    whose subscription matched a publisher (None: until Ctrl-C / SIGTERM), then print one line per topic with its message count.
 
     Topics not in the graph after the peer's timeout are named on stderr once (recording goes on
     and picks them up if they appear); a topic whose message type is not installed is named and
@@ -56,21 +56,22 @@ def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | 
     end = None  # --duration counts from the first topic subscribed (discovery takes its time)
     warned = False
     next_look = 0.0
+    matched: set[str] = set()
     err(f'recording {", ".join(rec.topics)} into {out_path} '
         f'({"for %g s" % duration if duration else "until Ctrl-C"})\n')
     try:
         while not stop[0] and (end is None or time.monotonic() < end):
             now = time.monotonic()
             if now >= next_look:  # subscribe to topics that appeared since
-                before = set(rec.subscribed)
                 rec.subscribe(0.0, settle=0.0)
-                next_look = now + 0.5
-                for topic in rec.subscribed:
-                    if topic not in before:
+                next_look = now + 0.2
+                for topic in rec.subscribed:  # matched a publisher: its messages arrive from now on
+                    if topic not in matched and rec.publishers(topic) > 0:
+                        matched.add(topic)
                         err(f'oxygen record: {topic} subscribed\n')
                 for topic in list(rec.unavailable):
                     err(f'oxygen record: {topic} not recorded: {rec.unavailable.pop(topic)}\n')
-            if duration is not None and end is None and rec.subscribed:
+            if duration is not None and end is None and matched:
                 end = now + duration
             if not warned and now - start > peer.timeout:
                 absent = [t for t in rec.topics if t not in rec.subscribed]
@@ -78,7 +79,7 @@ def record(peer: Peer, topics: Sequence[str], out_path: Path, duration: float | 
                     err(f'oxygen record: not in the graph after {peer.timeout:g} s: {absent} '
                         '(recording the others; they are picked up if they appear)\n')
                 warned = True
-                if duration is not None and not rec.subscribed:
+                if duration is not None and not matched:
                     break  # nothing to record appeared: an empty recording, said below
             peer.spin_for(0.1 if end is None else min(0.1, max(0.0, end - now)))
     except KeyboardInterrupt:
