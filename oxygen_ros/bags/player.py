@@ -234,12 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``bag_player``; returns the exit status."""
+    args = build_parser().parse_args(argv)  # before rclpy: --help and a bad flag answer at once
     import rclpy
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    args = build_parser().parse_args(argv)
     remap = {}
     for item in args.remap:
         if ':=' not in item:

@@ -25,21 +25,18 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ..core.cache.kv_pool import KVPool
 from ..core.config import COMPILE_MODES, EngineConfig, TaskConfig
-from ..core.engine.engine import Engine
-from ..core.engine.requests import RequestStatus
-from ..core.policy import Pi05Policy
-from .costs import CostModel
-from .host_floor import action_path
-from .env import environment, finish_environment
-from .probe import MemoryMeter, StageProbe
 from .report import MODES, add_ratios, check_targets, markdown, missing_fields, summarize_mode
 from .workload import BenchPoint, arrival_schedule, observations, paper_sweep, product_points
+
+# torch and the engine are imported where they run, after the arguments are parsed:
+# `bench --help` and a mistyped flag answer at once instead of after torch's ~7 s import
+if TYPE_CHECKING:
+    from ..core.policy import Pi05Policy
+    from .costs import CostModel
+    from .probe import MemoryMeter
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(layouts=["libero"], steps=[10], tokens=[30], k=[1, 5], arrivals=["uniform:1"],
@@ -131,6 +128,10 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
     """Run one point in every mode, frames interleaved, cost-model samples between frames; returns
     the raw frames with their ideal times. Modes without cross-frame state (isolated, shared_kv) skip
     all but the last two warm-up frames: only unified needs N/k frames to reach its steady state."""
+    from ..core.engine.engine import Engine
+    from ..core.engine.requests import RequestStatus
+    from .probe import StageProbe
+
     obs = observations(pt.layout, 4, pt.seed + 17)
     total = pt.warmup + pt.frames
     sched = arrival_schedule(pt.arrival, pt.tokens, total, pt.seed * 7919 + zlib.crc32(pt.key.encode()))
@@ -196,6 +197,8 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
 
 def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
     """A few unrecorded frames per mode (allocator, thread pools, cuBLAS handles)."""
+    from ..core.engine.engine import Engine
+
     pt = BenchPoint(layout, 2, 4, 2, "uniform:1", policy.cfg.action_horizon, 3)
     obs = observations(layout, 1, 0)[0]
     sched = [[4]] * 3
@@ -211,6 +214,8 @@ def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
 
 def _no_cuda(a: argparse.Namespace) -> str | None:
     """Why this run cannot start (CUDA asked for but absent), or ``None``."""
+    import torch
+
     if (a.gpu or (a.device or "").startswith("cuda")) and not torch.cuda.is_available():
         return (f"bench: {'--gpu' if a.gpu else '--device ' + a.device} needs a CUDA device, but "
                 f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA build "
@@ -223,6 +228,9 @@ def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespac
     """Every point in turn (with a progress bar); points that would overrun ``--max-minutes`` are
     skipped. Returns (point results, skipped point keys)."""
     from tqdm import tqdm
+
+    from .costs import CostModel
+
     costs = CostModel(policy, block_size=BLOCK_SIZE, min_samples=a.cost_samples)
     warm_up(policy, points[0].layout, a.modes)
     bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame",  # no bar frames into a pipe
@@ -264,6 +272,14 @@ def main(argv: list[str] | None = None) -> int:
         from .rtc import main as rtc_bench
         return rtc_bench(args[1:])
     a = parse_args(argv)
+    import torch
+
+    from ..core.cache.kv_pool import KVPool
+    from ..core.policy import Pi05Policy
+    from .env import environment, finish_environment
+    from .host_floor import action_path
+    from .probe import MemoryMeter
+
     why = _no_cuda(a)
     if why:
         print(why, file=sys.stderr)

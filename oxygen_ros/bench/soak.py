@@ -37,18 +37,20 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import psutil
-import torch
 
 from ..core.config import EngineConfig, TaskConfig
-from ..core.engine.engine import Engine
 from ..core.engine.requests import RequestStatus
-from ..core.loops.schedules import make_engine
-from ..core.policy import Pi05Policy
 from ..core.types import Observation
-from .injection import STAGES, FaultInjector
+
+# torch and the engine are imported where they run, after the arguments are parsed:
+# `chaos_soak --help` and a mistyped flag answer at once instead of after torch's ~7 s import
+if TYPE_CHECKING:
+    from ..core.engine.engine import Engine
+    from ..core.policy import Pi05Policy
 
 TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=16),
          TaskConfig("memory", "Memory: ", max_new_tokens=6, every_n_frames=50))
@@ -78,6 +80,8 @@ class FramePlan:
 
 def workload(frames: int, seed: int) -> list[FramePlan]:
     """The seeded per-frame plan (identical for both runs)."""
+    from .injection import STAGES
+
     rng = np.random.default_rng(seed)
     plans, asked = [], 0
     next_fault = int(rng.integers(100, 400))
@@ -166,6 +170,11 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
     """One run of ``plans`` (faults only when ``chaos``) on the ``schedule``'s engine. In the
     concurrent schedule the per-frame check pauses the batcher after its grant, so a fault armed
     for a frame fires in that frame's language work (as in the serial schedule)."""
+    import torch
+
+    from ..core.loops.schedules import make_engine
+    from .injection import FaultInjector
+
     eng = make_engine(policy, soak_config(schedule))
     rep, images, proc = RunReport(), observations(seed), psutil.Process()
     rng = np.random.default_rng(seed + 2)
@@ -250,6 +259,10 @@ def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool =
     """Both runs and the checks; returns the report (see module doc). ``threads``: torch intra-op
     threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes);
     ``schedule``: the chaos run's schedule (the reference is serial)."""
+    import torch
+
+    from ..core.policy import Pi05Policy
+
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu", seed=seed)

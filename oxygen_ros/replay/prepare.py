@@ -15,9 +15,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.bags.reader import BagInput
+
+if TYPE_CHECKING:  # rclpy is imported only when a config is read (`replay --help` stays quick)
+    from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = ['ReplayError', 'ReplaySetupError', 'check_policy', 'load_policy', 'TopicMap', 'check_bag', 'default_params_file', 'load_node_config',
            'resolve_topic']

@@ -36,7 +36,6 @@ from oxygen_ros.bags.reader import BagError, BagInput
 from oxygen_ros.bags.writer import BagOutput
 from oxygen_ros.replay.accuracy import reference_problem, replay_accuracy
 from oxygen_ros.replay.report import ReplayStats, find_gaps, format_report
-from oxygen_ros.replay.loops import drain, run_fast, run_recorded
 from oxygen_ros.replay.prepare import (ReplayError, ReplaySetupError, TopicMap, check_bag,
                                            check_policy, default_params_file, load_node_config,
                                            load_policy)
@@ -145,6 +144,7 @@ def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings:
 
     from oxygen_ros.core.loops.schedules import make_engine
     from oxygen_ros.replay.console import Console
+    from oxygen_ros.replay.loops import drain, run_fast, run_recorded
     from oxygen_ros.replay.node_sim import NodeSim
 
     if policy is None:

@@ -50,6 +50,7 @@ from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.shadow import ShadowMonitor
 from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.streams.text import Emit, ignored_notice
+from oxygen_ros.ros.params.files import check_node_arguments
 
 __all__ = ['OxygenNode', 'main', 'make_executor']
 
@@ -338,6 +339,7 @@ def main(args: list[str] | None = None) -> NoReturn:
     within about 2 s, also while a frame runs (``ros2 launch`` escalates to SIGTERM after 5 s). rclpy's own signal handlers are not installed
     (they would shut the context down first, and nothing could be published any more).
     """
+    check_node_arguments('oxygen_node', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

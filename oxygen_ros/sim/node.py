@@ -71,6 +71,7 @@ from oxygen_ros.sim.runtime import Pacer, Rates, Renderer
 from oxygen_ros.sim.scene import JOINT_NAMES, SimScene
 from oxygen_ros.sim.status import executor_status, sim_summary
 from oxygen_ros.sim.task.success import LiftSuccess
+from oxygen_ros.ros.params.files import check_node_arguments
 
 try:  # std_srvs is optional: without it only the ~/reset topic exists
     from std_srvs.srv import Trigger
@@ -321,6 +322,7 @@ def main(args: list[str] | None = None) -> int:
     module doc). Its own signal handlers end the spin loop, then the node is torn down and the
     context shut down, in that order (rclpy's handlers would shut the context down under a spinning
     executor: a take from a destroyed subscription raised at exit)."""
+    check_node_arguments('aloha_sim', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

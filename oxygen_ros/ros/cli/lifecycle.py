@@ -11,12 +11,10 @@ node's ``/diagnostics`` status (``configure failed: …``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from lifecycle_msgs.msg import Transition
-from lifecycle_msgs.srv import ChangeState, GetAvailableTransitions
-
-from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, CliError, Peer
-from oxygen_ros.ros.cli.status import StatusWatch
+if TYPE_CHECKING:  # rclpy is imported by lifecycle(): the parser reads TRANSITIONS before any ROS import
+    from oxygen_ros.ros.cli.peer import Peer
 
 __all__ = ['TRANSITIONS', 'lifecycle']
 
@@ -38,6 +36,12 @@ def lifecycle(peer: Peer, verb: str, write: Callable[[str], None], err: Callable
         CliError: node or lifecycle services not found (code 2); a transition not available from
             the current state, or no answer within the timeout (code 1).
     """
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState, GetAvailableTransitions
+
+    from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, CliError
+    from oxygen_ros.ros.cli.status import StatusWatch
+
     peer.find_node()
     before = peer.lifecycle_state()
     if verb == 'get':

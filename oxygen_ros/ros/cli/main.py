@@ -207,10 +207,10 @@ def _watchdog(seconds: float, verb: str) -> threading.Timer:
 def main(argv: list[str] | None = None) -> int:
     """Run ``oxygen`` with ``argv`` (default: the command line); returns the exit status (module
     doc). Errors are one line on stderr (``oxygen <verb>: …``), never a traceback."""
-    from oxygen_ros.ros.cli.peer import CliError
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    from oxygen_ros.ros.cli.peer import CliError  # rclpy: after the arguments (--help answers at once)
+
     if args.verb == 'params' and args.params_verb == 'set' and len(args.pairs) % 2:
         parser.error('params set takes NAME VALUE pairs')
     key = 'transition' if args.verb == 'lifecycle' and args.transition != 'get' else args.verb

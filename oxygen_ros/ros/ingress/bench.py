@@ -28,20 +28,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import rclpy
 import yaml
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
-from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.distro import close_context
-from oxygen_ros.ros.ingress.feed import CAMERA_TOPICS
-from oxygen_ros.ros.qos import reliable_qos
+if TYPE_CHECKING:  # rclpy is imported where the listener starts (`--help` answers before it)
+    from diagnostic_msgs.msg import DiagnosticArray
 
 __all__ = ['phase_report', 'main']
 
@@ -53,6 +46,15 @@ class _Listener:
     """Chunk receive times and /diagnostics values, collected by a background spin thread."""
 
     def __init__(self, domain: int) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+        from trajectory_msgs.msg import JointTrajectory
+
+        from oxygen_ros.ros.qos import reliable_qos
+
         self.context = Context()
         rclpy.init(context=self.context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node('ingress_bench', context=self.context)
@@ -81,6 +83,8 @@ class _Listener:
                 raise
 
     def close(self) -> None:
+        from oxygen_ros.ros.distro import close_context
+
         close_context(self.context, [self.node], self._executor, self._thread)
 
 
@@ -154,6 +158,8 @@ def phase_report(chunks: list[float], diags: list[tuple[float, dict[str, str]]],
 
 
 def _node_cmd(a: argparse.Namespace) -> list[str]:
+    from oxygen_ros.ros.ingress.feed import CAMERA_TOPICS
+
     params = {'model': a.model, 'num_threads': 1, 'diagnostics_period_s': 0.5,
               'tasks.memory.every_n_frames': 0, 'joint_state_topic': 'joint_states'}
     for slot, topic in zip(SLOTS, CAMERA_TOPICS, strict=True):

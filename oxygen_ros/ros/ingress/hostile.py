@@ -34,18 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import rclpy
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
-from sensor_msgs.msg import CompressedImage, JointState
-from std_msgs.msg import String
-from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.convert import rgb_to_compressed_msg, sec_to_stamp
-from oxygen_ros.ros.distro import close_context
-from oxygen_ros.ros.qos import reliable_keep_all_qos, reliable_qos, sensor_data_qos
+# rclpy and the messages are imported where the probe starts: `--help` answers before them
 
 __all__ = ['ATTACKS', 'UNCHECKED_GAP', 'HostileProbe', 'gap_allowed', 'png_bomb', 'run_attacks', 'main']
 
@@ -78,6 +68,14 @@ class HostileProbe:
     states at ``rate_hz``, sends the attacks, and records chunk times, /diagnostics and text."""
 
     def __init__(self, domain: int, rate_hz: float = 30.0) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import CompressedImage, JointState
+        from std_msgs.msg import String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from oxygen_ros.ros.convert import rgb_to_compressed_msg
+        from oxygen_ros.ros.qos import reliable_keep_all_qos, reliable_qos, sensor_data_qos
+
         self.lock = threading.Lock()
         self.chunks: list[tuple[float, float]] = []  # (receive time, header stamp) of each chunk
         self.diags: list[tuple[float, int, str, dict[str, str]]] = []
@@ -105,6 +103,11 @@ class HostileProbe:
         self._feeder.start()
 
     def _participant(self, domain: int, name: str):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+
         context = Context()
         rclpy.init(context=context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
         node = rclpy.create_node(name, context=context)
@@ -115,7 +118,7 @@ class HostileProbe:
         thread.start()
         return node
 
-    def _on_chunk(self, msg: JointTrajectory) -> None:
+    def _on_chunk(self, msg: Any) -> None:  # trajectory_msgs/JointTrajectory
         stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
         self._add(self.chunks, (time.monotonic(), stamp))
 
@@ -123,13 +126,13 @@ class HostileProbe:
         with self.lock:
             book.append(item)
 
-    def _on_diag(self, msg: DiagnosticArray) -> None:
+    def _on_diag(self, msg: Any) -> None:  # diagnostic_msgs/DiagnosticArray
         for s in msg.status:
             if s.name.endswith(': inference'):
                 self._add(self.diags, (time.monotonic(), s.level[0], s.message, {kv.key: kv.value for kv in s.values}))
 
     @staticmethod
-    def _spin(context: Context, executor: SingleThreadedExecutor) -> None:
+    def _spin(context: Any, executor: Any) -> None:
         while context.ok():
             try:
                 executor.spin_once(timeout_sec=0.05)
@@ -139,6 +142,9 @@ class HostileProbe:
                 raise
 
     def _feed(self) -> None:
+        from sensor_msgs.msg import CompressedImage, JointState
+        from oxygen_ros.ros.convert import sec_to_stamp
+
         period, k = 1.0 / self.rate_hz, 0
         next_t = time.monotonic()
         while not self._stop.is_set() and self.node.context.ok():
@@ -185,13 +191,14 @@ class HostileProbe:
         """Stop the feed and the spin threads, destroy the nodes."""
         self._stop.set()
         self._feeder.join(5)
+        from oxygen_ros.ros.distro import close_context
         for context, node, executor, thread in self._spins:
             close_context(context, [node], executor, thread)
 
 
 def _ask(size: int) -> Callable[[HostileProbe], tuple[str, Callable[[HostileProbe, float], str | None]]]:
     def attack(p: HostileProbe):
-        p.ask.publish(String(data='x' * size))
+        p.ask.publish(p.ask.msg_type(data='x' * size))
         def answered(p: HostileProbe, t0: float) -> str | None:
             return next((m for m in p.texts_since(t0) if 'engine.max_request_chars' in m), None)
         return f'one ask of {size / 2**20:.0f} MiB', answered
@@ -217,7 +224,7 @@ def _image(side: int | None, fmt: str, payload: Callable[[], bytes], what: str, 
 
 
 def _instruction(p: HostileProbe):
-    p.instruction.publish(String(data='pick up the cube ' * 600_000))
+    p.instruction.publish(p.instruction.msg_type(data='pick up the cube ' * 600_000))
     return 'one instruction of 10 MB', lambda p, t0: (d := p.diag_with('instruction_too_long', t0)) and d[1]
 
 
@@ -225,7 +232,7 @@ def _flood(n: int):
     def attack(p: HostileProbe):
         before = int(p.latest_values().get('asks', 0))
         for i in range(n):
-            p.ask.publish(String(data=f'flood {i}?'))
+            p.ask.publish(p.ask.msg_type(data=f'flood {i}?'))
 
         def answered(p: HostileProbe, t0: float) -> str | None:
             got = int(p.latest_values().get('asks', 0)) - before

@@ -46,7 +46,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
 from oxygen_ros.sim.closed_loop.episode import (EpisodeWatch, argument_problem, episode_report,
                                                 resolve_defaults, scripted_cmd, sim_task_params)
 from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
@@ -106,6 +105,8 @@ def run_loop(args: argparse.Namespace, domain_id: int, log_dir: Path,
     if scripted:
         oxy_cmd = scripted_cmd(args, py, sim_yaml, sim_time)
     else:
+        from oxygen_ros.ros.params.node_config import load_node_config
+
         load_node_config([oxy_yaml, sim_yaml], [oxy_cmd[i + 1] for i, a in enumerate(oxy_cmd)
                                                 if a == '-p'])
     policy_name = 'scripted_policy' if scripted else 'oxygen'
@@ -335,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Console script ``closed_loop`` (see module doc)."""
     args = resolve_defaults(build_parser().parse_args(argv))
+    from oxygen_ros.ros.params.node_config import ParamsFileError  # rclpy: after the arguments are parsed
+
     if args.frames < 1 or args.rtf < 0:
         print('closed_loop: --frames must be >= 1 and --rtf >= 0', file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos
 from oxygen_ros.sim.params import STATUS_NAME
 from oxygen_ros.sim.scene import JOINT_NAMES
 from oxygen_ros.sim.task.oracle import OracleScript
+from oxygen_ros.ros.params.files import check_node_arguments
 
 __all__ = ['ScriptedPolicyNode', 'main']
 
@@ -115,6 +116,7 @@ class ScriptedPolicyNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``scripted_policy``: run until SIGINT (exit 0; 2 for bad parameters)."""
+    check_node_arguments('scripted_policy', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args)
     try:
         node = ScriptedPolicyNode()
