@@ -309,14 +309,17 @@ def test_params_set_refusals_are_one_line_with_type_names(oxygen):
     names, never a traceback (before: rclpy's 'expected '3' got '4'' and an OverflowError traceback)."""
     k, t = 'tasks.conversation.top_k', 'tasks.conversation.temperature'
     results = oxygen.run_all(['params', 'set', k, '99999999999999999999'], ['params', 'set', t, 'abc'],
-                             ['params', 'set', k, 'true'], ['params', 'set', 'tasks.conversation.tmperature', '1.0'])
+                             ['params', 'set', k, 'true'], ['params', 'set', 'tasks.conversation.tmperature', '1.0'],
+                             ['params', 'set', 'zzz', '1'])
     assert [r.stdout for r in results] == [
         f'refused {k}: 99999999999999999999 is beyond the range of a ROS integer parameter (64-bit: '
         f'-9223372036854775808 .. 9223372036854775807); {k} is an integer in 0 .. 2147483647\n',
         f"refused {t}: {t} is a double; got a string 'abc'\n",
         f'refused {k}: {k} is an integer; got a bool true\n',
-        "refused tasks.conversation.tmperature: /oxygen has no parameter 'tasks.conversation.tmperature'; "
-        f'did you mean {t}?\n'], results
+        # a typo: the closest declared name, as configure names one in a parameter file
+        f"refused tasks.conversation.tmperature: unknown parameter 'tasks.conversation.tmperature'; "
+        f"did you mean '{t}'?\n",
+        "refused zzz: unknown parameter 'zzz'; oxygen params list shows the names /oxygen has\n"], results
     assert all(r.returncode == 1 and r.stderr == '' for r in results), results
     r = oxygen.run('params', 'set', 'tasks.conversation.max_new_tokens', '8', k, '2.5', k, '-99999999999999999999')
     assert r.returncode == 1 and r.stderr == '', r  # the good one is set, the others refused unsent

@@ -4,13 +4,12 @@ Values are written and read in one syntax, YAML as ``ros2 param set`` takes it: 
 double, ``4`` an integer, ``true`` a bool, ``[a, b]`` a string array, anything else a string. ``set``
 describes the parameter first and sends what its declared type needs: an integer for a double
 parameter goes as a double, any text for a string parameter as that string. A value the parameter
-cannot take — another type, an integer beyond 64 bits, a name the node does not declare — is
-refused here, in one line with type names, and not sent.
+cannot take — another type, an integer beyond 64 bits, a name the node does not declare (``unknown
+parameter 'x'; did you mean 'y'?``) — is refused here, in one line with type names, and not sent.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -22,6 +21,7 @@ from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, Pa
 from rcl_interfaces.srv import ListParameters, SetParameters
 
 from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Peer, from_parameter_value
+from oxygen_ros.ros.params.names import suggest
 
 __all__ = ['INT64_RANGE', 'TYPE_NAMES', 'describe', 'format_value', 'get', 'list_names', 'parse_value', 'set_values',
            'type_problem']
@@ -178,11 +178,11 @@ def get(peer: Peer, names: Sequence[str], write: Callable[[str], None]) -> int:
 
 def _checked(peer: Peer, name: str, text: str, d: ParameterDescriptor | None) -> ParameterValue | str:
     """The value to send for ``name``, or why it is refused without sending it (one line)."""
-    if d is None:
+    if d is None:  # the closest declared name, as configure names a parameter file's typo
         req = ListParameters.Request(prefixes=[], depth=ListParameters.Request.DEPTH_RECURSIVE)
-        close = difflib.get_close_matches(name, peer.call(ListParameters, 'list_parameters', req).result.names, 1)
-        return f'{peer.fqn} has no parameter {name!r}' + (f'; did you mean {close[0]}?' if close else
-                                                          ' (oxygen params list shows them)')
+        close = suggest(name, peer.call(ListParameters, 'list_parameters', req).result.names)
+        return f'unknown parameter {name!r}' + (f'; did you mean {close!r}?' if close else
+                                                f'; oxygen params list shows the names {peer.fqn} has')
     try:
         value = parse_value(text, d.type)
     except CliError as exc:
