@@ -204,3 +204,19 @@ def test_main_called_in_process_leaves_no_watchdog_behind(capsys):
     for t in timers:
         t.join(2.0)  # cancelled: the thread ends at once
     assert timers and not [t for t in timers if t.is_alive()]
+
+
+@pytest.mark.ros
+def test_no_node_is_reported_after_the_short_discovery_wait_not_the_verbs_timeout():
+    """``oxygen status`` without a node: exit 2 naming the node and the wait — 5 s of graph discovery
+    by default (it waited the verb's 20 s before), as long as ``--timeout`` when that is given."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, 'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    for extra, wait in (([], '5'), (['--timeout', '1'], '1')):
+        r = subprocess.run([sys.executable, '-m', 'oxygen_ros.ros.cli', '--node', '/no_node_here/oxygen', *extra,
+                            'status'], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 2 and r.stdout == '', r
+        assert r.stderr.startswith(f'oxygen status: node /no_node_here/oxygen not found within {wait} s; '
+                                   'is it running? (ROS_DOMAIN_ID='), r.stderr

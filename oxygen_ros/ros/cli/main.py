@@ -71,7 +71,7 @@ def _global_options(top_level: bool) -> argparse.ArgumentParser:
                       help='the node: name, or namespace/name like /robot/oxygen (default: oxygen)')
     opts.add_argument('--timeout', type=_positive, default=None if top_level else argparse.SUPPRESS, metavar='SEC',
                       help='longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, '
-                           'others 20; finding the node waits at most 5)')
+                           'others 20; finding the node waits 5 unless --timeout is given)')
     return opts
 
 
@@ -164,7 +164,8 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
     from oxygen_ros.ros.cli import lifecycle, params, record, status, text
     from oxygen_ros.ros.cli.peer import Peer
 
-    with Peer(args.node, timeout) as peer:
+    # finding the node: NODE_DISCOVERY_S (a missing node says so at once), or as long as --timeout says
+    with Peer(args.node, timeout, discovery_s=args.timeout) as peer:
         if args.verb == 'ask':
             return text.ask(peer, args.text, args.task, out, err)
         if args.verb == 'record':

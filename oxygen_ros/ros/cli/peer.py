@@ -93,16 +93,18 @@ def from_parameter_value(value: ParameterValue) -> Any:
 class Peer:
     """The command's node, talking to the ``oxygen`` node named ``node`` (``oxygen``,
     ``/robot/oxygen``). Use as a context manager; every wait is bounded by ``timeout`` seconds
-    unless a call gives its own.
+    unless a call gives its own; finding the node by ``discovery_s`` (default
+    ``min(timeout, NODE_DISCOVERY_S)``).
 
     Raises:
         CliError: (code 2) invalid node name, or rclpy cannot start (environment).
     """
 
-    def __init__(self, node: str, timeout: float) -> None:
+    def __init__(self, node: str, timeout: float, discovery_s: float | None = None) -> None:
         self.namespace, self.name = split_node_name(node)
         self.fqn = self.namespace.rstrip('/') + '/' + self.name
         self.timeout = timeout
+        self.discovery_s = min(timeout, NODE_DISCOVERY_S) if discovery_s is None else discovery_s
         self.context = Context()
         try:
             rclpy.init(args=[], context=self.context, signal_handler_options=SignalHandlerOptions.NO)
@@ -144,15 +146,14 @@ class Peer:
             self.executor.spin_once(timeout_sec=left)
 
     def find_node(self) -> None:
-        """Wait (at most ``min(timeout, NODE_DISCOVERY_S)``) until the target node is in the graph.
+        """Wait (at most ``discovery_s``) until the target node is in the graph.
 
         Raises:
-            CliError: (code 2) ``node /oxygen not found; is it running? (ROS_DOMAIN_ID=…)``,
+            CliError: (code 2) ``node /oxygen not found within 5 s; is it running? (ROS_DOMAIN_ID=…)``,
                 naming nodes of the same name in other namespaces.
         """
         want = (self.name, self.namespace)
-        if self.spin_until(lambda: want in self.node.get_node_names_and_namespaces(),
-                           min(self.timeout, NODE_DISCOVERY_S)):
+        if self.spin_until(lambda: want in self.node.get_node_names_and_namespaces(), self.discovery_s):
             return
         env = f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '') or '0 (unset)'}"
         if os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE'):
@@ -160,7 +161,8 @@ class Peer:
         others = sorted(f"{ns.rstrip('/')}/{n}" for n, ns in self.node.get_node_names_and_namespaces()
                         if n == self.name)
         hint = f'; nodes of that name: {", ".join(others)}' if others else ''
-        raise CliError(f'node {self.fqn} not found; is it running? ({env}){hint}', EXIT_USAGE)
+        raise CliError(f'node {self.fqn} not found within {self.discovery_s:g} s; is it running? ({env}){hint}',
+                       EXIT_USAGE)
 
     # ------------------------------------------------------------------ services
     def call(self, srv_type: Any, suffix: str, request: Any, timeout: float | None = None,
