@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.evaluate.scheduler import RayOptions, import_ray, run_episodes
 
     try:
-        import_ray()  # before anything is written: without Ray, say what to install
+        import_ray(embedded=not args.address)  # before anything is written: without Ray, say what to install
         ray_opts = RayOptions(args.address, args.workers, args.cpus_per_episode, args.gpus_per_episode)
         if not args.episode_timeout_s > 0:
             raise EvaluateError(f'--episode-timeout-s must be > 0, got {args.episode_timeout_s}')

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import Episode
 from oxygen_ros.evaluate.runner import GRACE_S, PID_FILE, kill_episode_group, run_episode
 
-__all__ = ['RayOptions', 'run_episodes']
+__all__ = ['RayOptions', 'embedded_ray_env', 'run_episodes']
 
 BACKSTOP_S = 60.0
 """Seconds past an episode's own limit (and the SIGINT grace) before its Ray task is cancelled."""
@@ -57,13 +58,16 @@ class RayOptions:
         self.address, self.workers, self.cpus, self.gpus = address, int(workers), float(cpus), float(gpus)
 
 
-def import_ray() -> Any:
-    """The ``ray`` module.
+def import_ray(embedded: bool = False) -> Any:
+    """The ``ray`` module; for an ``embedded`` instance (no ``--address``) with its environment
+    (:func:`embedded_ray_env`) set first — Ray reads ``RAY_AUTH_MODE`` when it is imported.
 
     Raises:
         ValueError: Ray is not installed (the robot's runtime requirements leave it out), saying
             what to install.
     """
+    if embedded:
+        embedded_ray_env()
     try:
         import ray
     except ImportError as exc:
@@ -73,16 +77,29 @@ def import_ray() -> Any:
     return ray
 
 
-def _init_ray(opts: RayOptions) -> Any:
-    ray = import_ray()
+def embedded_ray_env() -> None:
+    """Environment of the embedded Ray instance, where the user has not set it: no usage stats,
+    and token authentication chosen explicitly (``RAY_AUTH_MODE=token``, Ray's own default for a
+    new local instance). With the mode unset Ray enables the same token authentication but
+    announces it with a WARNING on every start (ray ``_private/authentication/
+    authentication_token_setup.py``, ``enable_token_auth_by_default``); an explicit mode is
+    respected without one. ``RAY_AUTH_MODE=disabled`` in the environment still opts out.
 
+    Ray reads the mode into its configuration when it is imported: set later, this process would
+    talk to its own token-checking GCS without a token. So the mode is set only while Ray is not
+    imported yet (otherwise Ray's default, with its warning, stays)."""
     os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
+    if 'ray' not in sys.modules:
+        os.environ.setdefault('RAY_AUTH_MODE', 'token')
+
+
+def _init_ray(opts: RayOptions) -> Any:
+    ray = import_ray(embedded=not opts.address)
+
     if opts.address:
+        os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
         ray.init(address=opts.address, logging_level=logging.WARNING, log_to_driver=False)
     else:
-        # The embedded instance keeps Ray's default token authentication on; Ray announces that
-        # default with a WARNING on every start — that one logger is quietened (docs/evaluate.md says it).
-        logging.getLogger('ray._private.authentication.authentication_token_setup').setLevel(logging.ERROR)
         ray.init(num_cpus=max(1, int(round(opts.workers * opts.cpus + 0.4999))),
                  include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return ray

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -334,3 +335,28 @@ def test_without_ray_evaluate_says_what_to_install_before_writing_anything(tmp_p
     err = capsys.readouterr().err
     assert "evaluate runs its episodes on Ray, which is not installed here" in err and 'requirements-eval.txt' in err
     assert not out.exists()
+
+
+
+_EMBEDDED = """
+import os, sys
+from oxygen_ros.evaluate.scheduler import RayOptions, _init_ray
+ray = _init_ray(RayOptions(workers=1))
+print('RAY_AUTH_MODE=' + os.environ.get('RAY_AUTH_MODE', '(unset)'), ray.get(ray.put(41)) + 1)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mode', [None, 'disabled'])
+def test_the_embedded_ray_starts_without_its_token_auth_warning(mode):
+    """The embedded instance as evaluate starts it, in a fresh process: Ray's token authentication
+    chosen explicitly (Ray warned 'Token authentication is enabled for this Ray cluster' on every
+    start when the mode was unset); a user's RAY_AUTH_MODE stays."""
+    env = {k: v for k, v in os.environ.items() if k != 'RAY_AUTH_MODE'}
+    if mode:
+        env['RAY_AUTH_MODE'] = mode
+    r = subprocess.run([sys.executable, '-c', _EMBEDDED], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == f'RAY_AUTH_MODE={mode or "token"} 42', r.stdout
+    assert 'Token authentication' not in r.stderr, r.stderr[-3000:]
