@@ -9,6 +9,8 @@ on two cores and runs only with ``OXYGEN_BENCH_FULL_QUICK=1``.
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -174,3 +176,15 @@ def test_compiled_points_say_which_stages_ran_compiled_and_every_recompile_or_fa
     assert lines[2].endswith("compiled stages vision,prefill,denoise,decode; no recompile after warm-up")
     assert "decode recompiled 3x after warm-up" in lines[3] and "decode ran eager (5 graphs exceed" in lines[3]
     assert compile_notes([eager]) == []
+
+
+def test_into_a_pipe_bench_draws_no_progress_bar(tmp_path):
+    """stderr a pipe (a log, CI) and no --no-progress: the report, but not one tqdm frame."""
+    out = tmp_path / "bench"
+    r = subprocess.run([sys.executable, "-m", "oxygen_ros.bench.bench", "--preset", "pi05-tiny", "--layouts", "libero",
+                        "--tokens", "2", "--k", "2", "--steps", "1", "--frames", "1", "--modes", "unified",
+                        "--compile", "none", "--threads", "1", "--no-plots", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "results.json").is_file() and "bench: wrote " in r.stdout
+    assert "\r" not in r.stderr and "frame/s" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]
