@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as fh:
             fh.write(text + "\n")
+        print(f"chaos_soak: wrote {a.json}", file=sys.stderr)  # stdout is the JSON alone
     return 0 if report["ok"] else 1
 
 

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--bag', type=Path, default=None, help='bag to replay (default: the bundled sample)')
     p.add_argument('--model', default=None,
                    help='real pi05 checkpoint folder (default: the cached random-weight pi05-small)')
-    p.add_argument('--out', type=Path, default=Path('oxygen_demo_output'), help='output folder')
+    p.add_argument('--out', type=Path, default=Path('out') / 'oxygen_demo',
+                   help='output folder (replaced on every run)')
     p.add_argument('--params-file', type=Path, default=None,
                    help='node parameter YAML (default: config/oxygen.yaml)')
     p.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from bag_edit import SAMPLE_BAG
 from oxygen_ros.core.types import NormStats
 from oxygen_ros.bags.reader import BagError, BagInput
-from oxygen_ros.replay.demo import demo_threads, main, sample_bag
+from oxygen_ros.replay.demo import build_parser, demo_threads, main, sample_bag
 from oxygen_ros.replay.demo_checkpoint import FINGERPRINT, bag_norm_stats, cache_root, ensure_checkpoint
 from oxygen_ros.sim.scene import JOINT_NAMES
 
@@ -74,6 +75,7 @@ def test_checkpoint_is_built_cached_checked_and_rebuilt(tmp_path, stats, monkeyp
 def test_demo_helpers():
     assert sample_bag() == SAMPLE_BAG
     assert demo_threads() >= 1
+    assert build_parser().parse_args([]).out == Path('out') / 'oxygen_demo'  # not the repository root
 
 
 def test_demo_with_a_missing_bag_is_a_clear_error(tmp_path, capsys, monkeypatch):
@@ -93,6 +95,7 @@ def test_demo_runs_the_bundled_bag(tmp_path, capsys, monkeypatch, stats):
     assert 'building a random-weight pi05-small checkpoint' in text
     assert 'ask (conversation): What do you see?' in text
     assert 'conversation #' in text  # a finished utterance was printed
+    assert f'outputs in {out}/: output_bag/' in text  # where it wrote them
     for key in ('action ', 'chunk latency', 'tok/s', 'deadline misses', 'drops'):
         assert key in text
     with BagInput(out / 'output_bag') as bag:

@@ -37,6 +37,7 @@ def _run_loop(tmp_path, *extra: str, timeout: float = 170.0) -> tuple[dict, str,
              '--log-dir', str(tmp_path / 'logs'), '--timeout', str(timeout - 30), *extra],
             cwd=REPO, env=ros_env(dom), capture_output=True, text=True, timeout=timeout)
     assert out.is_file(), proc.stdout + proc.stderr
+    assert f'  wrote {out}\n' in proc.stdout  # says where
     return json.loads(out.read_text()), proc.stdout + proc.stderr, proc.returncode
 
 

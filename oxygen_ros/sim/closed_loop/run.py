@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
+        print(f'  wrote {args.json}')
     return 0 if report['ok'] else 1
 
 
