@@ -73,3 +73,10 @@ def test_help_and_a_bad_flag_answer_from_the_parser_before_heavy_imports(name: s
     code, heavy, out, err = run_script(name, '--no-such-flag')
     assert code == 2 and f'{name}: error: ' in err, (code, err[-1000:])
     assert exempt or heavy == [], f'{name} --no-such-flag imported {heavy}'
+
+
+def test_bench_schedules_parses_before_torch() -> None:
+    code, heavy, out, _ = run_script('bench', 'schedules', '--help')
+    assert (code, heavy) in ((0, []), (None, [])) and out.startswith('usage: bench schedules'), (code, heavy, out[:200])
+    code, heavy, _, err = run_script('bench', 'schedules', '--no-such-flag')
+    assert (code, heavy) == (2, []) and 'bench schedules: error: ' in err, (code, heavy, err[-500:])

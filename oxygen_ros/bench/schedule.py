@@ -20,15 +20,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..core.config import EngineConfig, TaskConfig
-from ..core.loops.schedules import make_engine
-from ..core.policy import Pi05Policy
-from .env import environment, finish_environment
 from .workload import observations
+
+if TYPE_CHECKING:  # torch and the engine load after the arguments (`bench schedules --help` answers at once)
+    from ..core.policy import Pi05Policy
 
 TASK = "bench"
 ENGINES = (("serial", False), ("serial", True), ("concurrent", False), ("concurrent", True))
@@ -72,6 +70,8 @@ def engine_config(schedule: str, a: argparse.Namespace, prefix_tokens: int, max_
 
 def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
     """Run the four engines in rotating rounds; returns the raw per-frame records per engine."""
+    from ..core.loops.schedules import make_engine
+
     obs = observations(a.layout, 4, a.seed + 17)
     prefix_tokens = policy.encode_observation(obs[0]).prefix_len
     names = [f"{s}{'+language' if lang else ''}" for s, lang in ENGINES]
@@ -163,6 +163,11 @@ def markdown(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bench schedules``; returns the exit status (2: CUDA asked for but absent)."""
     a = parse_args(argv)
+    import torch
+
+    from ..core.policy import Pi05Policy
+    from .env import environment, finish_environment
+
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench schedules: --device cuda needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
