@@ -76,6 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "for each --compile mode (default: none and default), then exit")
     ap.add_argument("--action-cameras", action="store_true", help="also time the action path with 1, 2, 3 cameras")
     ap.add_argument("--out", type=Path, help="output folder (default out/bench/<profile>-<time>)")
+    ap.add_argument("--overwrite", action="store_true", help="write into an --out folder that already holds files")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (none either when stderr is not a terminal)")
     ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
@@ -87,6 +88,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.frames = 50 if a.frames is None else a.frames
     if a.frames < 1 or a.horizon < 1:
         ap.error("--frames and --horizon must be >= 1")
+    if a.out is not None and a.out.is_dir() and any(a.out.iterdir()) and not a.overwrite:
+        ap.error(f"--out {a.out} already holds files (an earlier run's results); choose another --out "
+                 "or pass --overwrite to write into it")  # exit 2, before anything is loaded
     return a
 
 

@@ -188,3 +188,17 @@ def test_into_a_pipe_bench_draws_no_progress_bar(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "results.json").is_file() and "bench: wrote " in r.stdout
     assert "\r" not in r.stderr and "frame/s" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]
+
+
+def test_an_out_folder_with_files_is_refused_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "earlier"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--quick", "--out", str(out)])
+    assert done.value.code == 2 and (out / "results.json").read_text() == "{}"
+    err = capsys.readouterr().err
+    assert f"bench: error: --out {out} already holds files" in err and "pass --overwrite" in err, err
+    assert bench.parse_args(["--out", str(out), "--overwrite"]).overwrite
+    (tmp_path / "empty").mkdir()
+    assert bench.parse_args(["--out", str(tmp_path / "empty")]).out == tmp_path / "empty"  # new or empty: fine

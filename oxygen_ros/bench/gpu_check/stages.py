@@ -62,7 +62,7 @@ def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, 
                        f"--junitxml={raw / 'tests.xml'}", "test/core"],  # every gpu-marked test is there
         "schedules": py + ["-m", "oxygen_ros.bench.bench", "schedules", *sched, "--out", str(raw / "schedules")],
         "bench": py + ["-m", "oxygen_ros.bench.bench", *bench, "--max-minutes", f"{bench_minutes:.1f}",
-                       "--no-plots", "--no-progress", "--out", str(raw / "bench")],
+                       "--no-plots", "--no-progress", "--overwrite", "--out", str(raw / "bench")],  # gpu_check owns raw/
     }
 
 
