@@ -114,7 +114,7 @@ class CostModel:
         elif kind == "denoise":
             c = self.model.cfg
             noise = frame_noise(0, self._tick, c.action_horizon, c.action_dim)
-            self._add(("denoise",), self._timed(lambda: runner.actions(ctx["prefix"], noise, self.steps)))
+            self._add(("denoise",), self._timed(lambda: runner.actions_normalized(ctx["prefix"], noise, self.steps)))
         elif kind == "decode":
             view = self._view(batch)
             self._add(("decode", batch), self._timed(lambda: self.model.decode_step(*view)))

@@ -241,22 +241,22 @@ def test_batcher_faults_are_contained_like_the_serial_engine(policy):
     eng.book.expire = expire
     eng.check_invariants()
     assert eng.pool.blocks.num_in_use == 0 and eng.queued == 1  # the new one still waits
-    process = eng.batcher.work.process
+    run = eng.language.run
 
     class Fatal(BaseException):
         pass
 
-    def fatal(g, out):
+    def fatal(frame):
         raise Fatal("thread killer")
 
-    eng.batcher.work.process = fatal
+    eng.language.run = fatal
     eng.submit_observation(obs(4))
     eng.step()
     with eng.batcher.paused():
         pass
     with pytest.raises(RuntimeError, match="language batcher failed: thread killer"):
         eng.step()
-    eng.batcher.work.process = process
+    eng.language.run = run
     eng.close()
 
 

@@ -5,7 +5,9 @@ import random
 import torch
 
 from oxygen_ros.core.cache.block_pool import BlockTable
-from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView, paged_denoise_view
+from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView
+
+from paged_reference import PagedPrefillView, paged_denoise_view
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model.weights import random_pretrained
 from oxygen_ros.core.model.kv import DenseKVCache

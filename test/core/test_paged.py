@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from oxygen_ros.core.cache.block_pool import BlockTable
-from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView, PagedPrefillView
-from oxygen_ros.core.cache.paged import BlockTableFlexView, BlockTableGatherView, flex_index
+from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView
+from oxygen_ros.core.cache.paged import BlockTableFlexView, BlockTableGatherView
+
+from paged_reference import PagedPrefillView, flex_index
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model.weights import random_pretrained
 

@@ -130,9 +130,9 @@ def test_an_ask_at_any_point_of_a_concurrent_frame_is_answered(policy, point):
     elif point == "after_drain":
         _wrap(eng, "_drain", after=ask)
     elif point == "grant_start":
-        _wrap(eng.batcher.work, "process", before=ask)
+        _wrap(eng.language, "run", before=ask)
     elif point == "grant_end":
-        _wrap(eng.batcher.work, "process", after=ask)
+        _wrap(eng.language, "run", after=ask)
     elif point == "batcher_decode":
         _wrap(eng.runner, "decode", before=ask)
     ledger = Ledger()
@@ -229,7 +229,7 @@ def test_request_ids_stay_unique_when_two_threads_create_requests(policy):
 
         def make(k: int) -> None:
             for _ in range(3000):
-                ids[k].append(eng.book.new_request("memory", "", None, None, None, None, ()).id)
+                ids[k].append(eng.book.new_request(eng.cfg, "memory", "", None, None, None, None, ()).id)
 
         threads = [threading.Thread(target=make, args=(k,)) for k in (0, 1)]
         for th in threads:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..model.kv import ViewBase, denoise_view, prefix_positions
+from ..model.kv import ViewBase
 from .block_pool import BlockPool
 
 
@@ -105,33 +105,6 @@ def pad_slots(rows: list[list[int]] | list[Tensor], device: torch.device) -> tup
     return to_device(out, device), to_device(lengths, device)
 
 
-class PagedPrefillView(ViewBase):
-    """Prefill of ``[B, P]`` packed prefix tokens into the pool (bidirectional over valid tokens).
-
-    Args:
-        pool: the K/V pool.
-        valid: ``[B, P]`` bool, valid tokens first in each row.
-        slots: per row, the slot ids for its valid tokens (``len == valid[b].sum()``).
-    """
-
-    def __init__(self, pool: KVPool, valid: Tensor, slots: list[list[int]]) -> None:
-        self.pool = pool
-        self.positions = prefix_positions(valid)
-        b, p = valid.shape
-        self.allowed = valid[:, None, :].expand(b, p, p)
-        self._rows, self._cols = valid.nonzero(as_tuple=True)
-        if int(self._rows.numel()) == b * p:
-            self.allowed = None  # nothing to mask: no mask reaches the kernel
-        flat = [s for r in slots for s in r]
-        if len(flat) != int(self._rows.numel()):
-            raise ValueError(f"{len(flat)} slots given for {int(self._rows.numel())} valid prefix tokens")
-        self._slots = to_device(torch.as_tensor(flat, dtype=torch.long), pool.device)
-
-    def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.pool.write(layer, self._slots, k[self._rows, self._cols], v[self._rows, self._cols])
-        return k, v
-
-
 class PagedExtendView(ViewBase):
     """Causal extension of ``B`` sequences by ``[B, T]`` tokens (text decode or prompt tokens).
 
@@ -178,13 +151,3 @@ class PagedExtendView(ViewBase):
         return self.pool.gather(layer, self._read)
 
 
-def paged_denoise_view(pool: KVPool, prefix_slots: list[list[int]] | list[Tensor], horizon: int):
-    """Action-expert view over prefixes stored in the pool (gathered once, then read-only).
-
-    Args:
-        prefix_slots: per row, the slot ids of its prefix tokens (lists or 1-D int64 tensors).
-        horizon: ``H`` action tokens.
-    """
-    read, lengths = pad_slots(prefix_slots, pool.device)
-    ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
-    return denoise_view(list(ks), list(vs), lengths, horizon)

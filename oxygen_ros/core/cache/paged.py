@@ -21,7 +21,6 @@ Both write the new token's K/V to the pool first and see exactly the same keys.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
@@ -96,20 +95,6 @@ def paged_block_mask(block_size: int, kv_num: Tensor, kv_idx: Tensor, p2l: Tenso
 
     return BlockMask.from_kv_blocks(kv_num, kv_idx, BLOCK_SIZE=(1, bs), mask_mod=mask_mod,
                                     seq_lengths=(1, kv_idx.shape[-1] * bs), compute_q_blocks=False)
-
-
-def flex_index(pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
-               pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(kv_num, kv_idx, p2l, meta)`` of :func:`paged_block_mask` from ``[B, Wb]`` tables (tests
-    and one-off callers; the engine builds them on the host)."""
-    b, w = tables.shape
-    total = pool.null_block + 1
-    p2l = torch.full((b, total), -1, dtype=torch.int64, device=tables.device)
-    p2l.scatter_(1, tables, torch.arange(w, device=tables.device).expand(b, w))
-    p2l[:, pool.null_block] = -1
-    idx = F.pad(tables, (0, total - w)).to(torch.int32)[:, None, None, :]
-    meta = torch.stack([prefix_len, aligned, pos], 1).contiguous()
-    return num_blocks.to(torch.int32)[:, None, None], idx, p2l, meta
 
 
 class BlockTableFlexView(_BlockTableView):

@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import logging
 import types
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import torch
 
 from ..config import COMPILE_MODES
 from ..types import Observation
+
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -178,16 +180,21 @@ class Stage:
         self.fallback_reason = reason
         log.warning("compiled %s stage falls back to eager: %s", self.name, reason)
 
-    def checked(self, finite: Callable[[Any], bool], *args: Any) -> Any:
-        """Run the stage; if the compiled result is not ``finite`` but the eager one is, fall back
-        to eager (diagnostic recorded) and return the eager result. Stages must be idempotent
-        (a decode step rewrites the same K/V slots)."""
-        out = self(*args)
-        if not self.compiled or finite(out):
+    def checked(self, run: Callable[[Callable[..., Any]], T], bad: Callable[[T], int]) -> T:
+        """``run(self)`` — the one non-finite check of every stage. If the compiled result has
+        ``bad`` entries (``bad(out) > 0``: a non-finite chunk, rows with non-finite logits) and
+        ``run(self.eager)`` has fewer, the stage falls back to eager for good (diagnostic recorded)
+        and the eager result is returned. ``run`` must be idempotent (a decode step rewrites the
+        same K/V slots)."""
+        out = run(self)
+        if not self.compiled:
             return out
-        ref = self.eager(*args)
-        if finite(ref):
-            self.fall_back("compiled output was non-finite where eager was finite")
+        n = bad(out)
+        if n == 0:
+            return out
+        ref = run(self.eager)
+        if bad(ref) < n:
+            self.fall_back(f"compiled output was non-finite ({n}) where eager was not ({bad(ref)})")
             return ref
         return out
 

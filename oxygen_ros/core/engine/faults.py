@@ -10,7 +10,7 @@ go back to the pool; no partial step is ever resumed past a lost position).
 
 On an out-of-memory error (``torch.OutOfMemoryError``, the class CUDA raises) the guard also
 frees the failed stage's scratch — the activations its frames still hold through the traceback
-(``traceback.clear_frames``) and anything ``release_scratch`` drops — and then empties the CUDA
+(``traceback.clear_frames``) — and then empties the CUDA
 allocator cache once, so the next frame starts from a clean allocator; on the CPU the same path
 runs with the cache call a no-op. ``KeyboardInterrupt``/``SystemExit`` are not contained.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gc
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -78,12 +78,10 @@ class FaultLog:
 
     Args:
         device: the model's device (the CUDA cache is emptied only there).
-        release_scratch: drops engine-held scratch tensors (called on out-of-memory errors).
     """
 
-    def __init__(self, device: torch.device, release_scratch: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.release_scratch = release_scratch
         self.counts: dict[str, int] = {}
         self.frame: list[Fault] = []
         self.frame_id = 0
@@ -104,7 +102,6 @@ class FaultLog:
                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         if oom:
             traceback.clear_frames(exc.__traceback__)  # the failed stage's activations go now
-            self.release_scratch()
             gc.collect()
             self.empty_cache()
         self.counts[f.kind] = self.counts.get(f.kind, 0) + 1

@@ -72,11 +72,8 @@ class RequestState:
         return len(self.prefix.blocks) * self.table.pool.block_size
 
     def block_row(self) -> list[int]:
-        """The sequence's block table: prefix blocks, then its own blocks (logical order)."""
-        return self.prefix.blocks + self.table.blocks
-
-    def blocks_held(self) -> list[int]:
-        """Every block this request holds a reference to."""
+        """The sequence's block table — prefix blocks, then its own blocks, in logical order:
+        every block this request holds a reference to."""
         return self.prefix.blocks + self.table.blocks
 
 

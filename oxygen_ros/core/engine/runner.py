@@ -12,8 +12,8 @@ a batch; with FlexAttention none is gathered per step either). Hot-path stages r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from ..cache.block_pool import BlockTable
@@ -27,8 +27,7 @@ from .requests import LanguageRequest
 from .step_buffers import DecodeBatch, StepBuffers
 from ..model.kv import DenoiseView
 from ..rtc.guidance import RTCGuide, integrate_guided
-from .steps import (decode_tokens, denoise_actions, denoise_actions_rtc, denoise_one_step, denoise_one_step_rtc,
-                    prefill_prefix, prefix_scratch)
+from .steps import decode_tokens, denoise_actions, denoise_step, prefill_prefix, prefix_scratch
 from .streams import DeviceStreams
 
 __all__ = ["Runner", "FramePrefix", "uses_flex"]
@@ -47,7 +46,8 @@ class Runner:
 
     def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams,
                  cfg: EngineConfig | None = None, rtc: bool = False) -> None:
-        self.cfg = cfg = (cfg or EngineConfig()).validate()
+        cfg = (cfg or EngineConfig()).validate()
+        self.max_top_k = cfg.max_top_k  # sizes the sampler's top-k (not a live setting)
         self.policy = policy
         self.model = m = policy.model
         self.pool = pool
@@ -67,13 +67,14 @@ class Runner:
         self.prefill_stage = Stage("prefill", lambda *a: prefill_prefix(m, *a), mode, cams, cuda)
         # CUDA: the whole S-step loop is one compiled / captured region; CPU: one step per call
         self.denoise_loop = pool.device.type == "cuda"
-        # with RTC (guide tensors as inputs: a new delay or leftover never recompiles)
+        # real-time chunking is tensor inputs of the one denoise stage (zero weights: the plain
+        # flow), so a new delay or leftover never recompiles and RTC on or off is the same graph
         self.rtc = rtc
-        fn = {(True, False): denoise_actions, (False, False): denoise_one_step,
-              (True, True): denoise_actions_rtc, (False, True): denoise_one_step_rtc}[(self.denoise_loop, rtc)]
+        fn = denoise_actions if self.denoise_loop else denoise_step
         self.denoise_stage = Stage("denoise", lambda *a: fn(m, *a), mode, cams, cuda)
         self.decode_stage = Stage("decode", lambda *a: decode_tokens(m, *a), mode, len(self.buffers.buckets), cuda)
         self._conds: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._plain: dict[int, RTCGuide] = {}
 
     @property
     def stages(self) -> list[Stage]:
@@ -146,6 +147,20 @@ class Runner:
         return FramePrefix(frame_id, list(table.blocks), list(slots), hidden,
                            {"vision": t1 - t0, "prefill": t2 - t1}, bucket=bucket)
 
+    def prefill_new(self, enc: EncodedObservation, frame_id: int, table: BlockTable | None = None) -> FramePrefix:
+        """:meth:`prefill` into ``table`` (default: a new, empty one); if the prefill raises, the
+        blocks the table took are released (through a fence of the lanes) before the error goes on.
+
+        Raises:
+            PoolExhausted: not enough free blocks; whatever the model raised.
+        """
+        table = BlockTable(self.pool.blocks) if table is None else table
+        try:
+            return self.prefill(enc, frame_id, table)
+        except BaseException:
+            table.release(self.streams.fence())
+            raise
+
     # ------------------------------------------------------------------ actions
     def time_conditions(self, num_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """adaRMS conditions ``[S, 1, W]`` and ``dt`` of the S steps (built once per engine)."""
@@ -154,11 +169,23 @@ class Runner:
                 self._conds[num_steps] = self.model.time_conditions(num_steps, 1)
         return self._conds[num_steps]
 
+    def plain_guide(self, num_steps: int) -> RTCGuide:
+        """The guide of the plain flow on this runner's device: zero target, weights and gains over
+        ``[1, H, action_dim]`` (built once per step count)."""
+        if num_steps not in self._plain:
+            mc = self.policy.cfg
+            z = torch.zeros(num_steps, dtype=torch.float32)
+            self._plain[num_steps] = RTCGuide(torch.zeros(1, mc.action_horizon, mc.action_dim), torch.zeros(
+                1, mc.action_horizon, 1), z, z.clone()).to(self.pool.device)
+        return self._plain[num_steps]
+
     @torch.inference_mode()
     def actions_normalized(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int,
                            guide: RTCGuide | None = None) -> torch.Tensor:
         """``[1, H, action_dim]`` float32 normalised actions over the read-only prefix; a runner built
-        with ``rtc`` takes the frame's ``guide`` (an inactive one: the plain flow).
+        with ``rtc`` takes the frame's ``guide`` (an inactive one: the plain flow), a plain runner
+        its zero guide (:meth:`plain_guide`). A compiled result that is not finite where the eager
+        one is falls back to eager for good (:meth:`~.compiled.Stage.checked`).
 
         Raises:
             ValueError: a guide missing on an RTC runner, or given to a plain one.
@@ -173,44 +200,27 @@ class Runner:
         noise, read = to_device(noise.to(torch.float32), dev), to_device(read, dev)
         if not noise.is_inference():  # like every later step's input: one denoise graph per shape,
             noise = noise.clone()     # not one for the first step and one for the rest (dispatch keys)
-        st = self.denoise_stage
-        g = () if guide is None else (guide := guide.to(dev),)
-        if g and guide.vjp:  # the paper's form: a backward pass per step, eager
+        guide = self.plain_guide(num_steps) if guide is None else guide.to(dev)
+        if guide.vjp:  # the paper's form: a backward pass per step, eager
             k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
             view = DenoiseView(k, v, lengths, noise.shape[1], padded).for_grad()
             with torch.inference_mode(False):
                 cs = conds.clone()
             return integrate_guided(lambda x, i: self.model.denoise_step(view, x, None, cs[i]), noise, dt, guide)
-        if self.denoise_loop:
-            args = (self.pool.k, self.pool.v, self.pool.block_size, read, lengths, noise, conds, dt, padded)
-            if g:
-                args += (guide.times, guide.gains, guide.target, guide.weights)
-            return st.checked(lambda x: bool(torch.isfinite(x).all()), *args)
+        rtc = (guide.times, guide.gains, guide.target, guide.weights)
+        pool = (self.pool.k, self.pool.v, self.pool.block_size)
 
-        def loop(step) -> torch.Tensor:
-            k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
+        def run(stage: Callable[..., torch.Tensor]) -> torch.Tensor:
+            if self.denoise_loop:
+                return stage(*pool, read, lengths, noise, conds, dt, padded, *rtc)
+            k, v = prefix_scratch(*pool, read, noise.shape[1])
             x = noise
             for i in range(num_steps):
-                rtc = (guide.times[i], guide.gains[i], guide.target, guide.weights) if g else ()
-                x = step(k, v, lengths, x, conds[i], dt, padded, *rtc)
+                x = stage(k, v, lengths, x, conds[i], dt, padded, guide.times[i], guide.gains[i], guide.target,
+                          guide.weights)
             return x
 
-        x = loop(st)
-        if st.compiled and not bool(torch.isfinite(x).all()):
-            ref = loop(st.eager)
-            if bool(torch.isfinite(ref).all()):
-                st.fall_back("compiled output was non-finite where eager was finite")
-                return ref
-        return x
-
-    def actions(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int) -> np.ndarray:
-        """Action chunk ``[H, robot_dim]`` (robot units) over the read-only prefix.
-
-        Raises:
-            NonFiniteActionError: the model produced NaN/inf.
-        """
-        x = self.actions_normalized(prefix, noise, num_steps)
-        return self.policy.normalizer.unnormalize_actions(x[0].float().cpu().numpy())
+        return self.denoise_stage.checked(run, lambda x: int(not bool(torch.isfinite(x).all())))
 
     # ------------------------------------------------------------------ text
     def _extend_view(self, reqs: list[LanguageRequest], counts: list[int], valid: torch.Tensor) -> PagedExtendView:
@@ -226,7 +236,7 @@ class Runner:
         dev = logits.device
         ints = to_device(torch.tensor([[r.top_k, r.sample_key, len(r.output_ids)] for r in reqs]), dev)
         temps = to_device(torch.tensor([r.temperature for r in reqs], dtype=torch.float32), dev)
-        ids = sample_batch(logits, temps, ints[:, 0], ints[:, 1], ints[:, 2], self.cfg.max_top_k,
+        ids = sample_batch(logits, temps, ints[:, 0], ints[:, 1], ints[:, 2], self.max_top_k,
                            greedy_only=all(r.temperature == 0 for r in reqs)).tolist()
         return ids, [i >= 0 for i in ids]
 
@@ -260,27 +270,23 @@ class Runner:
     def decode_args(self, batch: DecodeBatch) -> tuple:
         """Arguments of the decode stage for ``batch`` (greedy-only shortcut only when eager, so
         a compiled decode has one graph per bucket)."""
-        return (self.pool.k, self.pool.v, self.pool.block_size, self.flex, *batch.tensors(), self.cfg.max_top_k,
+        return (self.pool.k, self.pool.v, self.pool.block_size, self.flex, *batch.tensors(), self.max_top_k,
                 batch.greedy_only and not self.decode_stage.compiled)
 
     @torch.inference_mode()
     def decode(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
         """One batched decode step: feed each request's pending token, sample the next.
 
-        One host transfer of the ``B`` sampled ids. A compiled step that yields a non-finite row
-        the eager step does not is replaced by eager for good (diagnostic in ``stages``).
+        One host transfer of the ``B`` sampled ids. A compiled step that yields more non-finite
+        rows than the eager step is replaced by eager for good (:meth:`~.compiled.Stage.checked`).
         """
         states = [r.state for r in reqs]
         batch = self.buffers.decode_batch(reqs, states)
         for st in states:
             st.table.advance(1)  # within the blocks reserved at admission
         args = self.decode_args(batch)
-        ids = self.decode_stage(*args)[: batch.rows].tolist()
-        if self.decode_stage.compiled and min(ids) < 0:
-            ref = self.decode_stage.eager(*args)[: batch.rows].tolist()
-            if sum(i < 0 for i in ref) < sum(i < 0 for i in ids):
-                self.decode_stage.fall_back("compiled decode gave non-finite logits where eager did not")
-                ids = ref
+        ids = self.decode_stage.checked(lambda stage: stage(*args)[: batch.rows].tolist(),
+                                        lambda ids: sum(i < 0 for i in ids))
         return ids, [i >= 0 for i in ids]
 
     @torch.inference_mode()

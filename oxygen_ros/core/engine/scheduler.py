@@ -129,16 +129,23 @@ class StepCostModel:
 
 
 class Scheduler:
-    """Queue + admission + budget decisions for the engine (one instance per engine).
+    """Owner of the request queue and the running list: admission and decode-budget decisions.
 
-    The decode batch cap is ``cfg.max_running_requests`` (the engine resolves its 0 = auto).
+    The live settings (queue bounds, decode budget, mode) come with each call as the frame's
+    :class:`~oxygen_ros.core.config.EngineConfig`; the engine holds the one current config and
+    swaps it in one place (``Engine.reconfigure``). Only this class edits :attr:`queue` and
+    :attr:`running`; the request book asks it to (:meth:`remove`).
+
+    Args:
+        pool: the block pool admission reserves from.
+        max_prefix_tokens: the longest frame prefix (its blocks are the next frame's reserve).
+        max_running: the decode batch cap (``max_running_requests``, resolved by the engine).
     """
 
-    def __init__(self, cfg: EngineConfig, pool: BlockPool, max_prefix_tokens: int) -> None:
-        self.cfg = cfg
+    def __init__(self, pool: BlockPool, max_prefix_tokens: int, max_running: int) -> None:
         self.pool = pool
         self.reserve = pool.blocks_for(max_prefix_tokens)
-        self.max_running = cfg.max_running_requests or 1
+        self.max_running = max(1, int(max_running))
         self.queue: deque[LanguageRequest] = deque()
         self.running: list[LanguageRequest] = []
         self.costs = StepCostModel()
@@ -153,75 +160,86 @@ class Scheduler:
         """:meth:`capacity` beside the longest prefix (what always fits)."""
         return self.capacity(self.reserve * self.pool.block_size)
 
-    def need_blocks(self, r: LanguageRequest, prefix_tokens: int) -> int:
+    def need_blocks(self, cfg: EngineConfig, r: LanguageRequest, prefix_tokens: int) -> int:
         """Blocks reserved for ``r`` at admission (own tokens; plus its prefix copy if isolated, or
         its own prefix — at most the frame's image tokens and its prompt — for an own-prefix task)."""
         own = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
         if r.prefix_ids:
             return self.pool.blocks_for(prefix_tokens + len(r.prefix_ids)) + own
-        if self.cfg.mode == "isolated":
+        if cfg.mode == "isolated":
             return self.pool.blocks_for(prefix_tokens) + own
         return own
 
-    def _never_fits(self, r: LanguageRequest, need: int, prefix_tokens: int) -> str | None:
+    def _never_fits(self, cfg: EngineConfig, r: LanguageRequest, need: int, prefix_tokens: int) -> str | None:
         """Why ``r`` (reserving ``need`` blocks) can never run beside a prefix of ``prefix_tokens``."""
         own = len(r.prompt_ids) + r.max_new_tokens
-        if own > self.cfg.max_request_tokens:
+        if own > cfg.max_request_tokens:
             return (f"request needs {own} tokens (prompt + max_new_tokens) but "
-                    f"engine.max_request_tokens is {self.cfg.max_request_tokens}")
+                    f"engine.max_request_tokens is {cfg.max_request_tokens}")
         cap = self.capacity(prefix_tokens)
         if need > cap:
             return never_fits_reason(need, cap, self.pool.num_blocks, self.pool.blocks_for(prefix_tokens),
                                      self.reserve, self.pool.block_size)
         return None
 
-    def submission_check(self, r: LanguageRequest) -> str | None:
+    def submission_check(self, cfg: EngineConfig, r: LanguageRequest) -> str | None:
         """Reason to reject ``r`` at submission — its budget alone can never fit, even beside the
         shortest prefix (prompt and prefix are known at admission, which checks again) — else ``None``."""
         need = self.pool.blocks_for(len(r.prompt_ids) + r.max_new_tokens)
-        if self.cfg.mode == "isolated":
+        if cfg.mode == "isolated":
             need += self.reserve
-        return self._never_fits(r, need, 0)
+        return self._never_fits(cfg, r, need, 0)
 
-    def enqueue(self, r: LanguageRequest) -> str | None:
+    def enqueue(self, cfg: EngineConfig, r: LanguageRequest) -> str | None:
         """Queue a new request; returns a rejection reason if the queue is full."""
-        if len(self.queue) >= self.cfg.max_queued_requests:
-            return f"queue full ({self.cfg.max_queued_requests} requests waiting, engine.max_queued_requests)"
+        if len(self.queue) >= cfg.max_queued_requests:
+            return f"queue full ({cfg.max_queued_requests} requests waiting, engine.max_queued_requests)"
         self.queue.append(r)
         return None
 
-    def expire(self, now: float) -> list[LanguageRequest]:
-        """Queued requests older than ``max_queue_wait_s`` (removed, status and reason set)."""
-        return expire(self.queue, now, self.cfg.max_queue_wait_s)
+    def remove(self, reqs: list[LanguageRequest]) -> None:
+        """Take ``reqs`` out of the queue (those that are in it): they ended while waiting."""
+        gone = {id(r) for r in reqs}
+        kept = [r for r in self.queue if id(r) not in gone]
+        if len(kept) != len(self.queue):
+            self.queue = deque(kept)
 
-    def admit(self, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+    def expire(self, cfg: EngineConfig, now: float) -> list[LanguageRequest]:
+        """Queued requests older than ``max_queue_wait_s`` (removed, status and reason set)."""
+        return expire(self.queue, now, cfg.max_queue_wait_s)
+
+    def admit(self, cfg: EngineConfig, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
         """Decide which queued requests start now on a prefix of ``prefix_tokens`` tokens (see
-        :mod:`.admission`: never-fits rejected, smaller ones may overtake, aging holds the queue).
+        :func:`admit`: never-fits rejected, smaller ones may overtake, aging holds the queue);
+        the admitted ones join :attr:`running`.
 
         Returns:
             (admitted in order, rejected).
         """
         running = sum(1 for r in self.running if not r.status.terminal)
-        return admit(self.queue, lambda r: self.need_blocks(r, prefix_tokens), free=self.pool.num_free,
-                     reserve=self.reserve, slots=max(0, self.max_running - running),
-                     max_overtakes=self.cfg.max_overtakes,
-                     never_fits=lambda r, n: self._never_fits(r, n, prefix_tokens))
+        admitted, rejected = admit(self.queue, lambda r: self.need_blocks(cfg, r, prefix_tokens),
+                                   free=self.pool.num_free, reserve=self.reserve,
+                                   slots=max(0, self.max_running - running), max_overtakes=cfg.max_overtakes,
+                                   never_fits=lambda r, n: self._never_fits(cfg, r, n, prefix_tokens))
+        self.running.extend(admitted)
+        return admitted, rejected
 
-    def plan_admission(self, plan: FramePlan, prefix_tokens: int) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+    def plan_admission(self, cfg: EngineConfig, plan: FramePlan, prefix_tokens: int
+                       ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
         """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
-        admitted, rejected = self.admit(prefix_tokens)
+        admitted, rejected = self.admit(cfg, prefix_tokens)
         plan.admitted += [r.id for r in admitted]
         plan.rejected += [r.id for r in rejected]
         return admitted, rejected
 
-    def plan_decode(self, plan: FramePlan, time_left_s: float | None) -> list[LanguageRequest]:
+    def plan_decode(self, cfg: EngineConfig, plan: FramePlan, time_left_s: float | None) -> list[LanguageRequest]:
         """Fill ``plan.decoding`` / ``plan.decode_steps`` for the decode phase (``unified``: the
         budget of :meth:`decode_steps`; ``shared_kv``: until this frame's requests are done;
         ``isolated``: none — its requests finished at admission). Returns the batch."""
         batch = self.decode_batch()
         plan.decoding = [r.id for r in batch]
-        mode = self.cfg.mode
-        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(time_left_s) if mode == "unified"
+        mode = cfg.mode
+        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(cfg, time_left_s) if mode == "unified"
                              else 1 << 30)
         return batch
 
@@ -229,14 +247,14 @@ class Scheduler:
         """Running requests with a token to feed, in admission order (the decode batch)."""
         return [r for r in self.running if r.status == RequestStatus.RUNNING and r.pending >= 0]
 
-    def decode_steps(self, time_left_s: float | None) -> int:
+    def decode_steps(self, cfg: EngineConfig, time_left_s: float | None) -> int:
         """Decode steps for this frame in ``unified`` mode.
 
         Fixed budget, or no deadline → ``tokens_per_frame``. Adaptive → as many measured step costs
         as fit in ``time_left_s``, clamped to [min_decode_steps, max_decode_steps]; before any
         measurement, ``max(min_decode_steps, 1)`` steps to learn the cost.
         """
-        c = self.cfg
+        c = cfg
         if c.decode_budget == "fixed" or c.frame_deadline_s <= 0 or time_left_s is None:
             return c.tokens_per_frame
         batch = sum(1 for r in self.running if not r.status.terminal)
@@ -249,3 +267,6 @@ class Scheduler:
     def drop_terminal(self) -> None:
         """Forget running requests that have ended."""
         self.running = [r for r in self.running if not r.status.terminal]
+
+
+__all__ = ["Scheduler", "StepCostModel", "admit", "expire", "never_fits_reason"]

@@ -7,6 +7,8 @@ from a static bucket. One function per stage:
 * :func:`prefill_prefix` — VLM over a prefix padded to its bucket; pad tokens write the null block;
 * :func:`denoise_actions` — gathers the prefix once into the denoise scratch, then all S Euler
   steps of the action expert with the precomputed time conditions (one region per frame);
+  :func:`denoise_step` is one of those steps (the CPU's compiled region). Real-time chunking is
+  tensor inputs of every step: zero prefix weights give the plain flow;
 * :func:`decode_tokens` — one batched decode step over block tables (FlexAttention or gather)
   followed by on-device sampling; returns ``[B]`` token ids.
 """
@@ -61,16 +63,20 @@ def prefill_prefix(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size:
 
 
 def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor,
-                    lengths: Tensor, noise: Tensor, conds: Tensor, dt: Tensor, padded: bool) -> Tensor:
+                    lengths: Tensor, noise: Tensor, conds: Tensor, dt: Tensor, padded: bool, times: Tensor,
+                    gains: Tensor, target: Tensor, weights: Tensor) -> Tensor:
     """The whole action path after prefill: prefix K/V ``read`` ``[1, P]`` slots (pads: null slot,
-    masked) copied once into the denoise scratch, then ``S = conds.shape[0]`` Euler steps.
+    masked) copied once into the denoise scratch, then ``S = conds.shape[0]`` steps of
+    :func:`denoise_step` (one compiled region per frame on CUDA).
 
     Returns:
         ``[1, H, action_dim]`` float32 normalised actions.
     """
     k, v = prefix_scratch(pool_k, pool_v, block_size, read, noise.shape[1])
-    view = DenoiseView(k, v, lengths, noise.shape[1], padded)
-    return model.integrate(view, noise, conds, dt)
+    x = noise.to(torch.float32)
+    for i in range(conds.shape[0]):
+        x = denoise_step(model, k, v, lengths, x, conds[i], dt, padded, times[i], gains[i], target, weights)
+    return x
 
 
 def prefix_scratch(pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor, horizon: int) -> tuple[Tensor, Tensor]:
@@ -80,32 +86,15 @@ def prefix_scratch(pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor
     return denoise_scratch(list(ks), list(vs), horizon)
 
 
-def denoise_one_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor,
-                     dt: Tensor, padded: bool) -> Tensor:
-    """One Euler step ``x + dt * v(x, t)`` over a denoise scratch (the per-step compiled region,
-    used on the CPU where compiling the unrolled S-step loop costs far more than it saves)."""
-    view = DenoiseView(k, v, lengths, x.shape[1], padded)
-    return x + dt * model.denoise_step(view, x, None, cond)
-
-
-def denoise_actions_rtc(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor,
-                        lengths: Tensor, noise: Tensor, conds: Tensor, dt: Tensor, padded: bool, times: Tensor,
-                        gains: Tensor, target: Tensor, weights: Tensor) -> Tensor:
-    """:func:`denoise_actions` with real-time chunking: each step's velocity guided toward
-    ``target`` ``[1, H, D]`` with prefix weights ``weights`` ``[1, H, 1]`` and guidance weight
-    ``gains[i]`` at flow time ``times[i]`` (:func:`~oxygen_ros.core.rtc.guidance.guided_velocity`)."""
-    k, v = prefix_scratch(pool_k, pool_v, block_size, read, noise.shape[1])
-    view = DenoiseView(k, v, lengths, noise.shape[1], padded)
-    x = noise.to(torch.float32)
-    for i in range(conds.shape[0]):
-        vel = model.denoise_step(view, x, None, conds[i])
-        x = x + dt * guided_velocity(x, vel, times[i], gains[i], target, weights)
-    return x
-
-
-def denoise_one_step_rtc(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor,
-                         dt: Tensor, padded: bool, t: Tensor, g: Tensor, target: Tensor, weights: Tensor) -> Tensor:
-    """:func:`denoise_one_step` with real-time chunking (see :func:`denoise_actions_rtc`)."""
+def denoise_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor, dt: Tensor,
+                 padded: bool, t: Tensor, g: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+    """One Euler step ``x + dt * v'`` over a denoise scratch, ``v'`` the velocity guided by
+    real-time chunking toward ``target`` ``[1, H, D]`` with prefix weights ``weights`` ``[1, H, 1]``
+    and guidance weight ``g`` at flow time ``t``
+    (:func:`~oxygen_ros.core.rtc.guidance.guided_velocity`). With ``weights`` all zero ``v' = v``
+    exactly: the plain flow (LeRobot ``modeling_pi05.py`` ``denoise_step`` + Euler update). The
+    per-step compiled region on the CPU, where compiling the unrolled S-step loop costs far more
+    than it saves."""
     view = DenoiseView(k, v, lengths, x.shape[1], padded)
     return x + dt * guided_velocity(x, model.denoise_step(view, x, None, cond), t, g, target, weights)
 

@@ -1,18 +1,19 @@
 """The concurrent schedule: the action loop in the caller's thread, the batcher loop beside it.
 
-:meth:`ConcurrentEngine.step` is one turn of the **action loop** (DESIGN §5 target schedule,
-issue 13): newest observation → prefill into fresh blocks → denoise over the read-only prefix →
-chunk handed out (``on_action``), on the high-priority action lane; then the frame's
-:class:`~.batcher.Grant` goes to the **batcher loop** (own thread, decode lane), and the step returns
-without waiting for any language work. The step's result carries the text deltas and ended
-requests the batcher produced since the previous step.
+:meth:`ConcurrentEngine.step` is :meth:`Engine.step` — newest observation → prefill into fresh
+blocks → denoise over the read-only prefix → chunk handed out (``on_action``), on the
+high-priority action lane — with the frame's language half (a
+:class:`~oxygen_ros.core.engine.language.LanguageFrame`) handed to the **batcher loop** (own
+thread, decode lane) instead of run in place; the step returns without waiting for any language
+work, and its result carries the text deltas and ended requests the batcher produced since the
+previous step (docs/architecture.md, "Schedules").
 
 Cross-lane lifetimes (rules in :mod:`oxygen_ros.core.engine.streams`): prefix blocks are reserved
 before the action unit starts (so a wait for blocks never holds the action lane and a host fence
 can always pass); the prefix-ready event is recorded right after prefill and the batcher's decode
 stream waits for it on the device; ``last_hidden`` is handed over with ``record_stream``; the
 frame's reference on its prefix moves to the batcher, which drops it through a fence of both lanes.
-A frame on which nothing can start (no new, queued or periodic request, and no grant still pending)
+A frame on which nothing can start (no new, queued or periodic request, and no frame still pending)
 releases its prefix itself. Host synchronisation happens only where a result reaches the host: the
 chunk here, the sampled token ids in the batcher; stage times come from :class:`StageClock`.
 
@@ -24,23 +25,18 @@ as admission is not limited by the pool (admission timing then differs, never co
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import torch
 
 from ..cache.block_pool import BlockTable, PoolExhausted
 from ..config import EngineConfig
 from ..engine.engine import Engine
-from ..engine.plan import FramePlan
-from ..engine.requests import FrameResult
-from ..engine.streams import StageClock
+from ..engine.language import LanguageFrame, LanguageOutput
+from ..engine.requests import FrameResult, LanguageRequest, RequestResult
 from ..policy import Pi05Policy
 from ..rtc.config import RTCConfig
-from ..processing import InvalidInputError
-from ..types import ActionChunk, FrameMetrics
+from ..types import FrameMetrics
 from .batcher import BatcherLoop
-from .frame_work import Grant
-from .metrics import ScheduleMeter
 
 
 class ConcurrentEngine(Engine):
@@ -68,126 +64,52 @@ class ConcurrentEngine(Engine):
         super().__init__(policy, cfg, rtc)
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
-        self.clock = StageClock(self.streams.cuda)
         self.threads = intra_op_threads if intra_op_threads > 0 else torch.get_num_threads()
-        self.batcher = BatcherLoop(self, self.cfg.batcher_policy, self.threads)
-        self.meter = ScheduleMeter()
+        self.batcher = BatcherLoop(self.language, self.threads)
         self.prefix_wait_s = prefix_wait_s
         self.prefix_waits = 0
         self.max_pending = max_pending
         self.lag_waits = 0
-        self._serial = False  # warm-up runs the serial step (same stages and shapes, no thread)
-        self._ready: object | None = None
-        self._enc = None
+        self._serial = False  # warm-up runs the language half in place (same stages and shapes, no thread)
 
-    # ------------------------------------------------------------------ the action loop
-    def step(self, on_action: Callable[[ActionChunk], None] | None = None) -> FrameResult:
-        """One action frame (see module doc); never waits for language work. Faults are contained
-        as in :meth:`Engine.step` (the chunk is dropped with the reason); the batcher's faults of
-        the frames it finished since the last step come with the result.
+    # ------------------------------------------------------------------ schedule hooks (the action loop)
+    def _before_step(self) -> None:
+        if not self._serial:
+            self._pin_threads()
+            self.batcher.start()
 
-        No blocks for the prefix within ``prefix_wait_s`` (a pool too small for the schedule)
-        drops the chunk with a ``PoolExhausted`` reason (a ``frame`` fault).
+    def _language(self, frame: LanguageFrame) -> LanguageOutput:
+        """Hand the frame's language half to the batcher; return what it finished since the last step.
 
         Raises:
             RuntimeError: the batcher thread died of a non-``Exception`` (its error is the cause).
         """
         if self._serial:
-            return super().step(on_action)
-        self._pin_threads()
-        self.batcher.start()
-        t0 = time.perf_counter()
-        self.pool.blocks.reclaim(self.streams.is_done)
-        obs, new, cancels = self._drain()
-        fid = self.frame_id
-        self.faults.begin_frame(fid)
-        m = FrameMetrics(frame_id=fid, blocks_total=self.pool.blocks.num_blocks)
-        self._prefix, self._ready, self._enc, t_chunk = None, None, None, None
-        try:
-            action, error = self._action(obs, fid, m)
-            if action is not None and on_action is not None:
-                with self.faults.guard("action_callback"):
-                    on_action(action)
-            t_chunk = None if action is None else time.perf_counter()
-        except Exception as e:  # outside any guarded stage (a bug): drop the chunk, go on
-            action, error = None, f"frame failed: {self.faults.record('frame', e).error}"
-        prefix, self._prefix = self._prefix, None
-        if prefix is not None and (self._enc is None or not self._may_start(new, fid)):
-            self.pool.blocks.free(prefix.blocks, self.streams.fence())
-            prefix = None
-        self._wait_lag(obs is not None)
-        self.batcher.submit(Grant(fid, obs is not None, new, cancels, obs, self._enc, prefix, self._ready, t0))
-        out = self.batcher.take()
-        self.faults.frame.extend(self._absorb(out))
-        m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (out.tokens, out.decode, out.decode_steps,
-                                                                       out.decode_batch)
-        m.frame_time = time.perf_counter() - t0
-        m.bookkeeping = max(0.0, m.frame_time - m.vision - m.prefill - m.denoise)
-        m.blocks_in_use = self.pool.blocks.num_in_use
-        m.deadline_met = self.cfg.frame_deadline_s <= 0 or m.frame_time <= self.cfg.frame_deadline_s
-        self.meter.frame(m, t0, t_chunk, out.busy, language=self.running + self.queued + len(new) > 0)
-        plan = out.plans[-1] if out.plans else FramePlan(fid)  # the newest frame the batcher finished
-        return FrameResult(fid, action, out.deltas, out.ended, m, error, plan, list(self.faults.frame))
+            return self.language.run(frame)
+        self._wait_lag(frame.instruction is not None)
+        self.batcher.submit(frame)
+        return self.batcher.take()
 
-    def _action(self, obs, fid: int, m: FrameMetrics) -> tuple[ActionChunk | None, str | None]:
-        """Encode → prefill (blocks reserved before the lane unit) → ready event → denoise."""
-        if obs is None:
-            return None, None
-        self.frame_id += 1
-        with self.faults.guard("observation") as g:
-            try:
-                self._enc = self.policy.encode_observation(obs)
-            except InvalidInputError as e:
-                return None, self._drop("observation", str(e))
-        if g.fault:
-            return None, self._drop("observation", f"failed in observation: {g.fault.error}")
-        table = self._prefix_table(self._enc.prefix_len)
-        with self.streams.action():
-            with self.faults.guard("prefill") as g:
-                c0 = self.clock.mark()
-                try:
-                    self._prefix = self.runner.prefill(self._enc, fid, table)
-                except BaseException:
-                    table.release(self.streams.fence())
-                    raise
-                c1 = self.clock.mark()
-                self._ready = self.streams.event()
-                self.streams.hand_over(self._prefix.last_hidden, "decode")
-            if g.fault:
-                self._enc = None  # nothing starts on a frame without a prefix
-                return None, self._drop("action chunk", f"failed in prefill: {g.fault.error}")
-            action, error = self._act(obs, fid, m)  # the chunk reaches the host: the only sync
-            c2 = self.clock.mark()
-        if self.streams.cuda:  # events; vision is inside the prefill events on the GPU
-            m.vision, m.prefill, m.denoise = 0.0, self.clock.seconds(c0, c1), self.clock.seconds(c1, c2)
-        else:
-            m.vision, m.prefill = self._prefix.stage_times["vision"], self._prefix.stage_times["prefill"]
-        return action, error
-
-    def _absorb(self, out) -> list:
-        """Count the batcher's contained faults in the engine's log; returns them."""
-        for kind, n in out.fault_counts.items():
-            self.faults.counts[kind] = self.faults.counts.get(kind, 0) + n
-        return list(out.faults)
+    def _language_pending(self) -> int:
+        return self.batcher.pending
 
     def _wait_lag(self, has_obs: bool) -> None:
         """A frame without an observation waits until the batcher caught up (nothing else to do);
-        one with an observation only when the batcher lags ``max_pending`` grants (overload)."""
+        one with an observation only when the batcher lags ``max_pending`` frames (overload)."""
         limit = self.max_pending if has_obs else 1
         if self.batcher.pending >= limit:
             self.lag_waits += int(has_obs)
             while self.batcher.pending >= limit and self.batcher.alive:
                 self.batcher.wait_progress(0.01)
 
-    def _may_start(self, new: list, fid: int) -> bool:
-        """Whether a request could start on this frame's prefix (else the action loop frees it)."""
-        if new or self.scheduler.queue or self.batcher.pending:
-            return True
-        return any(t.every_n_frames and fid % t.every_n_frames == 0 for t in self.cfg.tasks)
-
     def _prefix_table(self, tokens: int) -> BlockTable:
         """Blocks for a prefix of ``tokens``, reserved outside any lane unit; waits for the batcher
-        to release blocks if the pool is momentarily full (counted in ``prefix_waits``)."""
+        to release blocks if the pool is momentarily full (counted in ``prefix_waits``).
+
+        Raises:
+            PoolExhausted: no blocks within ``prefix_wait_s`` (contained by the step: the chunk is
+                dropped with the reason, a ``frame`` fault).
+        """
         blocks = self.pool.blocks
         need = blocks.blocks_for(tokens)
         deadline = time.perf_counter() + self.prefix_wait_s
@@ -213,7 +135,7 @@ class ConcurrentEngine(Engine):
         return self.batcher.pending > 0 or self.batcher.has_output
 
     def flush(self) -> FrameResult:
-        """Wait until the batcher finished every granted frame; its outputs since the last step
+        """Wait until the batcher finished every handed-out frame; its outputs since the last step
         (``action=None``, ``frame_id`` = next frame). For tests, replays and shutdown."""
         with self.batcher.paused():
             pass
@@ -236,7 +158,6 @@ class ConcurrentEngine(Engine):
                 super().warmup(frames, cameras)
             finally:
                 self._serial = self.streams.host_sync = False
-                self.meter.reset()
         if self.streams.cuda and self.cfg.compile != "none":  # CUDA graph trees are per thread
             t0 = time.perf_counter()
             self.batcher.start()
@@ -262,17 +183,17 @@ class ConcurrentEngine(Engine):
         with self.batcher.paused():
             super().check_invariants()
 
-    def _located(self) -> list:
-        return super()._located() + self.batcher.granted_requests()
+    def _located(self) -> list[LanguageRequest]:
+        return super()._located() + self.batcher.handed_out_requests()
 
-    def cancel_all(self, reason: str = "cancelled") -> list:
+    def cancel_all(self, reason: str = "cancelled") -> list[RequestResult]:
         """Finish the granted work, then cancel every request with ``reason``; returns the requests
         that ended since the last step (the batcher keeps running). The granted work's deltas are
         not returned: call :meth:`flush` first to keep them (as the node does on deactivation)."""
         ended = self.flush().ended
         return ended + super().cancel_all(reason)
 
-    def close(self) -> list:
+    def close(self) -> list[RequestResult]:
         """Cancel every request (:meth:`cancel_all`), release all blocks, stop the batcher;
         returns the requests that ended since the last step."""
         ended = self.cancel_all()

@@ -165,14 +165,6 @@ class Pi05Model(nn.Module):
         times, dt = euler_times(num_steps, self.device)
         return torch.stack([self.time_condition(t.expand(batch)) for t in times]), dt
 
-    def integrate(self, view: AttentionView, noise: Tensor, conds: Tensor, dt: Tensor) -> Tensor:
-        """:meth:`sample_actions` with precomputed conditions ``conds`` ``[S, B, W]`` (same
-        arithmetic: ``x <- x + dt * v`` in float32)."""
-        x = noise.to(torch.float32)
-        for i in range(conds.shape[0]):
-            x = x + dt * self.denoise_step(view, x, None, conds[i])
-        return x
-
     # ------------------------------------------------------------------ text
     def decode_step(self, view: AttentionView, token_ids: Tensor, valid: Tensor | None) -> Tensor:
         """Causal VLM forward of ``[B, T]`` new tokens appended through ``view``.

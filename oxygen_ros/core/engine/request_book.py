@@ -7,7 +7,10 @@ cancelled + in flight``, checked by :meth:`RequestBook.check_accounting`).
 
 Threads: :meth:`RequestBook.new_request` runs on any thread (ROS callbacks submit asks while the
 batcher thread creates periodic requests), so ids, the live set and the counts are taken under one
-lock; every other method runs in the thread that steps the language work.
+lock; every other method runs in the thread that runs the language half of the frames
+(:class:`~.language.LanguageStage`). The live settings come with each call as the frame's
+:class:`~oxygen_ros.core.config.EngineConfig`; the queue and the running list belong to the
+:class:`~.scheduler.Scheduler`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..cache.block_pool import BlockTable
 from ..detokenize import IncrementalDetokenizer
 from ..model.sampling import SamplingParams
 from ..prompt import format_template
 from ..types import TextDelta
-from .frame import FramePrefix, RequestState, task_prefix
+from .frame import FramePrefix, RequestState
 from .requests import OUTCOMES, LanguageRequest, Prompt, RequestCounts, RequestResult, RequestStatus, outcome_of
 
 log = logging.getLogger(__name__)
@@ -33,19 +36,24 @@ if TYPE_CHECKING:
     from ..cache.kv_pool import KVPool
     from ..config import EngineConfig
     from ..policy import Pi05Policy
-    from ..processing import EncodedObservation
     from .faults import FaultLog
-    from .plan import FramePlan
     from .scheduler import Scheduler
     from .streams import DeviceStreams
 
 
 class RequestBook:
-    """Owns request state transitions for one engine (the parts it needs, passed in explicitly)."""
+    """Owns request state transitions for one engine (the parts it needs, passed in explicitly).
 
-    def __init__(self, cfg: "EngineConfig", scheduler: "Scheduler", policy: "Pi05Policy", pool: "KVPool",
-                 streams: "DeviceStreams") -> None:
-        self.cfg = cfg
+    Args:
+        scheduler: owner of the queue and the running list.
+        policy: tokenizer, prompt builder and EOS id.
+        pool / streams: the KV pool (ended requests release their blocks) and the device lanes.
+        faults: the fault log of the thread that runs the language half (contained prompt,
+            detokenize and non-finite faults are counted there).
+    """
+
+    def __init__(self, scheduler: "Scheduler", policy: "Pi05Policy", pool: "KVPool", streams: "DeviceStreams",
+                 faults: "FaultLog") -> None:
         self.scheduler = scheduler
         self.policy = policy
         self.pool = pool
@@ -59,7 +67,7 @@ class RequestBook:
         self.tokens_this_frame = 0
         self.rejected_total = 0
         self.failed_total = 0
-        self.faults: "FaultLog | None" = None  # set by the engine: contained faults are counted there
+        self.faults = faults
 
     # ------------------------------------------------------------------ creation
     def prompt_of(self, cfg: "EngineConfig", task: str, text: str, instruction: str | None) -> Prompt | None:
@@ -93,7 +101,7 @@ class RequestBook:
             log.exception("tokenizing the prompt of a %s request failed", task)
             return Prompt(fail=f"failed in prompt: {type(e).__name__}: {e}")
 
-    def new_request(self, task: str, text: str, max_new_tokens: int | None, temperature: float | None,
+    def new_request(self, cfg: "EngineConfig", task: str, text: str, max_new_tokens: int | None, temperature: float | None,
                     top_k: int | None, seed: int | None, stop_ids: tuple[int, ...], prompt: Prompt | None = None
                     ) -> LanguageRequest:
         """Validate arguments and build a QUEUED request with its ``prompt`` (:meth:`prompt_of`;
@@ -103,14 +111,14 @@ class RequestBook:
         Raises:
             KeyError: unknown task; ValueError: a bad argument.
         """
-        t = self.cfg.task(task)
+        t = cfg.task(task)
         n = t.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
         params = SamplingParams(t.temperature if temperature is None else temperature,
                                 t.top_k if top_k is None else top_k, seed).validate()
-        if params.top_k > self.cfg.max_top_k:
-            raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={self.cfg.max_top_k}")
+        if params.top_k > cfg.max_top_k:
+            raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={cfg.max_top_k}")
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         stop = tuple(int(s) for s in stop_ids)
@@ -140,52 +148,43 @@ class RequestBook:
         with self._lock:
             return len(self._live)
 
-    def enqueue(self, reqs: list[LanguageRequest]) -> None:
+    def enqueue(self, cfg: "EngineConfig", reqs: list[LanguageRequest]) -> None:
         """Queue new requests; one rejected (or failed) at submission ends now, a full queue rejects too."""
         for r in reqs:
             if r.status == RequestStatus.FAILED:  # its prompt could not be built (a tokenizer fault)
-                if self.faults is not None:
-                    self.faults.count("prompt")
+                self.faults.count("prompt")
                 self.failed_total += 1
                 self._end(r, RequestStatus.FAILED, r.reason)
                 continue
-            reason = r.reason if r.status == RequestStatus.REJECTED else self.scheduler.enqueue(r)
+            reason = r.reason if r.status == RequestStatus.REJECTED else self.scheduler.enqueue(cfg, r)
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
-    def periodic(self, frame_id: int, instruction: str) -> None:
+    def periodic(self, cfg: "EngineConfig", frame_id: int, instruction: str) -> None:
         """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``, their prompts filled
         with the frame's ``instruction``."""
-        for t in self.cfg.tasks:
+        for t in cfg.tasks:
             if t.every_n_frames and frame_id % t.every_n_frames == 0:
-                prompt = self.prompt_of(self.cfg, t.name, "", instruction)
-                self.enqueue([self.new_request(t.name, "", None, None, None, None, (), prompt)])
+                prompt = self.prompt_of(cfg, t.name, "", instruction)
+                self.enqueue(cfg, [self.new_request(cfg, t.name, "", None, None, None, None, (), prompt)])
 
-    def prepare_prompts(self, instruction: str) -> None:
+    def prepare_prompts(self, cfg: "EngineConfig", instruction: str) -> None:
         """Build the prompts left to admission (requests submitted without an instruction) with
         the admitting frame's ``instruction``; one that cannot be built ends now with the reason."""
-        sched = self.scheduler
-        keep = []
-        for r in list(sched.queue):
-            if not r.prompt_ready:
-                prompt = self.prompt_of(self.cfg, r.task, r.text, instruction)
-                r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
-                    prompt.prefix_ids), True
-                if prompt.reject:
-                    self._end(r, RequestStatus.REJECTED, prompt.reject)
-                    continue
-                if prompt.fail:
-                    if self.faults is not None:
-                        self.faults.count("prompt")
-                    self.fail([r], prompt.fail)
-                    continue
-            keep.append(r)
-        sched.queue.clear()
-        sched.queue.extend(keep)
+        for r in [r for r in self.scheduler.queue if not r.prompt_ready]:
+            prompt = self.prompt_of(cfg, r.task, r.text, instruction)
+            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
+                prompt.prefix_ids), True
+            if prompt.reject:
+                self.scheduler.remove([r])
+                self._end(r, RequestStatus.REJECTED, prompt.reject)
+            elif prompt.fail:
+                self.faults.count("prompt")
+                self.fail([r], prompt.fail)
 
-    def expire(self) -> None:
+    def expire(self, cfg: "EngineConfig") -> None:
         """End queued requests older than ``max_queue_wait_s`` (rejected, reason "expired ...")."""
-        self.rejected(self.scheduler.expire(time.perf_counter()))
+        self.rejected(self.scheduler.expire(cfg, time.perf_counter()))
 
     def rejected(self, reqs: list[LanguageRequest]) -> None:
         """Record requests the scheduler rejected (status and reason already set)."""
@@ -203,49 +202,6 @@ class RequestBook:
         r.state = RequestState(prefix, table, IncrementalDetokenizer(self.policy.tokenizer))
         r.frame_id = prefix.frame_id
         r.status = RequestStatus.RUNNING
-        self.scheduler.running.append(r)
-
-    def start_on(self, prefix: FramePrefix, enc: "EncodedObservation", instruction: str, plan: "FramePlan",
-                 faults: "FaultLog", prefill: Callable[["EncodedObservation", int], FramePrefix],
-                 start: Callable[[list[LanguageRequest]], tuple[list[int], list[bool]]],
-                 decode_one: Callable[[list[LanguageRequest]], bool]) -> list[FramePrefix]:
-        """Admission onto a frame's prefix and every admitted request's first token — the one
-        implementation both schedules run (serial ``Engine`` and the concurrent batcher).
-
-        Builds the prompts left to admission with ``instruction`` (the frame's), admits what the
-        scheduler allows (rejected ones end now), attaches each admitted request to ``prefix`` (shared) or to a private
-        prefix made by ``prefill`` (``isolated`` mode, or an own-prefix task), then runs ``start``
-        on them — in ``isolated`` mode one request at a time, decoded to completion with
-        ``decode_one`` (False: that step failed). A fault inside is contained in ``faults`` as
-        stage ``start``: the admitted requests end FAILED and release their blocks.
-
-        Returns:
-            the private prefixes prefilled here (their stage times belong to the frame).
-        """
-        self.prepare_prompts(instruction)
-        admitted, rejected = self.scheduler.plan_admission(plan, prefix.length)
-        self.rejected(rejected)
-        own: list[FramePrefix] = []
-        if not admitted:
-            return own
-        with faults.guard("start", [r.id for r in admitted]) as g:
-            for r in admitted:
-                if self.cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its prompt)
-                    own.append(prefill(task_prefix(enc, r.prefix_ids), prefix.frame_id))
-                    self.attach(r, own[-1], shared=False)
-                else:
-                    self.attach(r, prefix, shared=True)
-            if self.cfg.mode == "isolated":
-                for r in admitted:  # openpi-style: one request at a time, to completion
-                    self.accept([r], *start([r]))
-                    while r.status == RequestStatus.RUNNING and decode_one([r]):
-                        pass
-            else:
-                self.accept(admitted, *start(admitted))
-            self.streams.sync()
-        if g.fault:  # attached ones release their blocks; unattached ones had reserved nothing
-            self.fail(admitted, f"failed in start: {g.fault.error}")
-        return own
 
     # ------------------------------------------------------------------ tokens
     def accept(self, reqs: list[LanguageRequest], toks: list[int], oks: list[bool]) -> None:
@@ -257,15 +213,12 @@ class RequestBook:
             if r.status != RequestStatus.RUNNING:
                 continue
             if not ok:
-                if self.faults is not None:
-                    self.faults.count("non_finite_logits")
+                self.faults.count("non_finite_logits")
                 self.fail([r], "non-finite token distribution")
                 continue
             try:
                 self._accept_one(r, t, now)
             except Exception as e:
-                if self.faults is None:
-                    raise
                 self.fail([r], f"failed in detokenize: {self.faults.record('detokenize', e, (r.id,)).error}")
 
     def _accept_one(self, r: LanguageRequest, t: int, now: float) -> None:
@@ -290,8 +243,7 @@ class RequestBook:
         """End the live ones of ``reqs`` as FAILED with ``reason`` (blocks released now)."""
         for r in reqs:
             if not r.status.terminal:
-                if r in self.scheduler.queue:
-                    self.scheduler.queue.remove(r)
+                self.scheduler.remove([r])
                 self.failed_total += 1
                 self._end(r, RequestStatus.FAILED, reason)
 
@@ -306,8 +258,9 @@ class RequestBook:
         if not ids:
             return
         sched = self.scheduler
-        for r in [r for r in sched.queue if r.id in ids]:
-            sched.queue.remove(r)
+        queued = [r for r in sched.queue if r.id in ids]
+        sched.remove(queued)
+        for r in queued:
             self._end(r, RequestStatus.CANCELLED, reason)
         for r in sched.running:
             if r.id in ids and r.status == RequestStatus.RUNNING:
@@ -338,7 +291,7 @@ class RequestBook:
         expected = [0] * blocks.num_blocks
         for r in self.scheduler.running:
             if not r.status.terminal:
-                for b in r.state.blocks_held():
+                for b in r.state.block_row():
                     expected[b] += 1
         actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
         assert expected == actual, "KV block references do not match the running requests"

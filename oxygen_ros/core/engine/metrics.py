@@ -1,4 +1,4 @@
-"""Schedule metrics, defined once (DESIGN §5 "Metrics", issue 13) for both schedules.
+"""Schedule metrics, defined once for both schedules (docs/architecture.md, "Schedules").
 
 Per frame, into ``FrameMetrics.extra`` (seconds unless noted):
 
