@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import FrameResult
@@ -27,6 +28,9 @@ from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
+
+if TYPE_CHECKING:
+    from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = ['InferenceWorker']
 
@@ -50,11 +54,15 @@ class InferenceWorker:
         frames: the action space around the engine (robot-space state in, robot command out).
         text_header: utterance header of the text topics (``ask``, ``id``, ``none``;
             :mod:`oxygen_ros.ros.streams.text`).
+        camera_silence: seconds since the newest camera image when every camera has stopped (the
+            node's input liveness, by arrival time), else ``None``: an ask then gets the waiting
+            notice again.
     """
 
     def __init__(self, engine: Engine, assembler: ObservationAssembler, outputs: Outputs,
                  stats: FrameStats, report: Callable[[str, str, int], None], logger,
-                 camera_sync_s: float = 0.0, *, frames: RobotFrames, text_header: str = 'ask') -> None:
+                 camera_sync_s: float = 0.0, *, frames: RobotFrames, text_header: str = 'ask',
+                 camera_silence: Callable[[], float | None] = lambda: None) -> None:
         self._engine, self._asm, self._out, self._stats = engine, assembler, outputs, stats
         self._frames = frames
         self.camera_sync_s = camera_sync_s  # live (the node parameter)
@@ -76,9 +84,13 @@ class InferenceWorker:
         self.restarts = 0  # supervised restarts of the frame loop (see _run)
         self.last_restart_error = ''
         self._last_restart = float('-inf')
-        #: seconds since the newest camera image when every camera has stopped (the node's input
-        #: liveness, by arrival time), else None: an ask then gets the waiting notice again
-        self.camera_silence: Callable[[], float | None] = lambda: None
+        self.camera_silence = camera_silence
+
+    def reconfigure(self, cfg: "NodeConfig") -> None:
+        """Take the node's live parameters: ``camera_sync_s`` and the text
+        topics' ``text_header``."""
+        self.camera_sync_s = cfg.camera_sync_s
+        self.utterances.set_header(cfg.text_header)
 
     @property
     def alive(self) -> bool:

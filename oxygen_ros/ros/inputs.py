@@ -80,13 +80,16 @@ class InputHandler:
         problems: where bad input is counted.
         now: monotonic seconds (for the problem log).
         on_time_jump: called (from a callback thread) when input time jumps backwards.
+        stamps: remembers the exact header stamps of the inputs (shared with the outputs, which
+            stamp what they publish with them).
     """
 
     def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler,
                  submit_ask: Callable[[str, str], int],
                  problems: ProblemLog, now: Callable[[], float],
                  on_time_jump: Callable[[], None],
-                 ignore_ask: Callable[[str, str, str], None] = lambda task, text, reason: None) -> None:
+                 ignore_ask: Callable[[str, str, str], None] = lambda task, text, reason: None,
+                 stamps: StampBook | None = None) -> None:
         self._node, self._cfg, self._asm, self._submit_ask = node, cfg, assembler, submit_ask
         self._ignore_ask = ignore_ask
         self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
@@ -100,7 +103,7 @@ class InputHandler:
         self.refused_instructions = 0
         self.instructions = 0  # accepted from instruction_topic
         self.zero_stamps = 0
-        self.stamps = StampBook()
+        self.stamps = StampBook() if stamps is None else stamps
         self._subs: list[Any] = []
         self.topics: dict[str, str] = {}  # input name (liveness) -> resolved topic
         self.ask_topics: dict[str, str] = {}  # task -> resolved ask topic

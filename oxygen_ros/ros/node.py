@@ -41,7 +41,8 @@ from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog, log_
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.node_status import inference_status
-from oxygen_ros.ros.params.live import apply_live
+from oxygen_ros.ros.convert.stamps import StampBook
+from oxygen_ros.ros.params.live import live_update
 from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, read_node_config
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.observation import ObservationAssembler
@@ -67,7 +68,6 @@ class OxygenNode(LifecycleNode):
         self.stats = FrameStats()
         self.cfg: NodeConfig | None = None
         self.configure_error = ''
-        self.lifecycle_state = 'unconfigured'
         self.policy = self.engine = self.assembler = None
         self.inputs: InputHandler | None = None
         self.outputs: Outputs | None = None
@@ -82,6 +82,13 @@ class OxygenNode(LifecycleNode):
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self.add_on_set_parameters_callback(self._on_set_parameters)  # live changes (params/live.py)
 
+    @property
+    def lifecycle_state(self) -> str:
+        """rclpy's lifecycle state label (``unconfigured``, ``configuring``, ``inactive``, ``active``,
+        ``finalized`` …). rclpy's ``LifecycleNode`` keeps it in its state machine and offers no
+        getter; its own transitions read ``_state_machine.current_state`` the same way."""
+        return self._state_machine.current_state[1]
+
     # ------------------------------------------------------------------ helpers
     def report(self, kind: str, message: str, level: int = WARN) -> None:
         """Count a problem for /diagnostics; log it the first time its kind occurs."""
@@ -95,7 +102,7 @@ class OxygenNode(LifecycleNode):
         if self.lifecycle_state not in ('inactive', 'active') or self.engine is None:
             return SetParametersResult(successful=True)
         try:
-            reason = apply_live(self, {p.name: p.value for p in params})
+            reason = self._apply_live({p.name: p.value for p in params})
         except Exception as exc:  # racing a transition: refuse, never raise into rclpy
             reason = f'not applied: {type(exc).__name__}: {exc}'
         if reason:
@@ -103,6 +110,27 @@ class OxygenNode(LifecycleNode):
         else:
             self.get_logger().info('applied live: ' + ', '.join(f'{p.name}={p.value!r}' for p in params))
         return SetParametersResult(successful=not reason, reason=reason)
+
+    def _apply_live(self, params: dict[str, object]) -> str:
+        """Check ``params`` (:func:`~oxygen_ros.ros.params.live.live_update`) and hand the new
+        configuration to the engine and to each part's ``reconfigure``; all or none. Returns
+        ``''`` when applied, else the reason every one was refused."""
+        update = live_update(self.cfg, self.engine.cfg, self.engine.rtc,
+                             lambda n: self.get_parameter(n).value if self.has_parameter(n) else None,
+                             params, self.lifecycle_state)
+        if update is None or isinstance(update, str):
+            return update or ''
+        new = update.cfg
+        self.engine.reconfigure(update.engine, update.rtc)
+        self.assembler.reconfigure(assembler_config(new, self.assembler.cfg.slots),
+                                   new.instruction if 'instruction' in update.changed else None)
+        self.worker.reconfigure(new)
+        self.outputs.reconfigure(new)
+        self.inputs.reconfigure(new)
+        if new.diagnostics_period_s != self.cfg.diagnostics_period_s:
+            self.set_diagnostics_period(new.diagnostics_period_s)
+        self.cfg = new
+        return ''
 
     def _camera_silence(self) -> float | None:
         """Seconds since the newest camera image when every camera is stale (input liveness,
@@ -142,7 +170,7 @@ class OxygenNode(LifecycleNode):
         except Exception as exc:  # model files, CUDA, sizes: report instead of crashing
             self._release()
             return self._fail_configure(f'{type(exc).__name__}: {exc}')
-        self.cfg, self.configure_error, self.lifecycle_state = cfg, '', 'inactive'
+        self.cfg, self.configure_error = cfg, ''
         for note in cfg.notes:
             self.get_logger().warning(note)
         if self._diag_timer.timer_period_ns != int(cfg.diagnostics_period_s * 1e9):  # set while unconfigured
@@ -171,20 +199,21 @@ class OxygenNode(LifecycleNode):
         self.engine.handover.clock = lambda: self.get_clock().now().nanoseconds * 1e-9  # RTC latency: stamp → chunk
         self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
-        acfg = assembler_config(cfg, slots)
-        self.assembler = ObservationAssembler(acfg, decode_image, instruction=cfg.instruction)
+        # every endpoint and part of the configured node, created here with what it needs
         self.cfg = cfg
-        self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report)
+        self.assembler = ObservationAssembler(assembler_config(cfg, slots), decode_image, instruction=cfg.instruction)
+        stamps = StampBook()  # input header stamps, reused bit for bit on the outputs
+        shadow = None
         if cfg.shadow.enabled and cfg.shadow.operator_topic:
-            self.outputs.shadow = ShadowMonitor(self, cfg.shadow, cfg.joint_names, cfg.control_period_s,
-                                                qos_from_name(cfg.shadow_operator_qos))
+            shadow = ShadowMonitor(self, cfg.shadow, cfg.joint_names, cfg.control_period_s,
+                                   qos_from_name(cfg.shadow_operator_qos))
+        self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report,
+                               stamp_of=stamps.exact, shadow=shadow)
         self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
                                       self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
-                                      text_header=cfg.text_header)
-        self.worker.camera_silence = self._camera_silence
+                                      text_header=cfg.text_header, camera_silence=self._camera_silence)
         self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
-                                    time.monotonic, self._on_time_jump, self._ignore_ask)
-        self.outputs.stamp_of = self.inputs.stamps.exact
+                                   time.monotonic, self._on_time_jump, self._ignore_ask, stamps=stamps)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the inference thread, the command timer and input processing."""
@@ -194,7 +223,6 @@ class OxygenNode(LifecycleNode):
                                                     callback_group=self._command_group)
         self.worker.start()
         self.inputs.activate()
-        self.lifecycle_state = 'active'
         self.get_logger().info(f'active, ready: {self.inputs.describe()}')
         return ret
 
@@ -207,13 +235,11 @@ class OxygenNode(LifecycleNode):
             if ended:
                 self.get_logger().info(f'deactivated: {ended} language requests ended (cancelled)')
             self.engine.reset_chunks('reset')  # the next chunk after activation follows nothing
-        self.lifecycle_state = 'inactive'
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Destroy pubs/subs, cancel every request, free the model and the KV pool."""
         self._release()
-        self.lifecycle_state = 'unconfigured'
         return SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -274,7 +300,6 @@ class OxygenNode(LifecycleNode):
         """Stop the inference thread (waiting up to ``wait_s`` seconds for its frame) and free
         everything (idempotent; safe after rclpy shutdown)."""
         self._release(wait_s)
-        self.lifecycle_state = 'finalized'
 
     def destroy_node(self) -> None:
         """Destroy the node's endpoints and its lifecycle state machine.

@@ -182,6 +182,21 @@ class ObservationAssembler:
         with self._lock:
             self._instruction = text
 
+    def reconfigure(self, cfg: AssemblerConfig, instruction: str | None = None) -> None:
+        """Take new live settings (the timing tolerances) and, unless ``None``, a new instruction.
+
+        Raises:
+            ValueError: ``cfg`` changes what the assembler was built for (slots, cameras, history).
+        """
+        fixed = ('slots', 'cameras', 'labels', 'state_history')
+        changed = [f for f in fixed if getattr(cfg, f) != getattr(self.cfg, f)]
+        if changed:
+            raise ValueError(f'not changeable on a running assembler: {changed}')
+        with self._lock:
+            self.cfg = cfg
+            if instruction is not None:
+                self._instruction = instruction
+
     def clear(self) -> None:
         """Forget every buffered input (used on deactivate / clock jumps)."""
         with self._lock:

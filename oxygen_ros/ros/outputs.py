@@ -43,10 +43,15 @@ class Outputs:
         slots: model image slots (for the debug model-input topics).
         image_size: model image side in pixels (debug images show the resized, padded input).
         report: ``report(kind, message, level)`` for refused outputs.
+        stamp_of: float seconds -> ``builtin_interfaces/Time`` of an output's header (the inputs'
+            :class:`~oxygen_ros.ros.convert.stamps.StampBook` gives the input's stamp bit for bit).
+        shadow: the shadow-mode comparison with the operator's commands (``shadow.operator_topic``),
+            or ``None``; destroyed with the outputs.
     """
 
     def __init__(self, node: LifecycleNode, cfg: NodeConfig, slots: tuple[str, ...],
-                 image_size: int, report: Callable[[str, str, int], None]) -> None:
+                 image_size: int, report: Callable[[str, str, int], None],
+                 stamp_of: Callable[[float], Any] = sec_to_stamp, shadow: Any = None) -> None:
         self._node, self._cfg, self._report, self._size = node, cfg, report, image_size
         self._pubs = []
         space = cfg.action_space
@@ -55,7 +60,7 @@ class Outputs:
         self.commanding = not cfg.shadow.enabled
         self.action = self._pub(Float64MultiArray if space.kind == 'ee_delta' else JointTrajectory,
                                 cfg.action_topic if self.commanding else cfg.shadow.topic, cfg.action_qos)
-        self.shadow = None  # ros/shadow.py ShadowMonitor, installed by the node with shadow.operator_topic
+        self.shadow = shadow  # ros/shadow.py ShadowMonitor (shadow.operator_topic) or None
         self.position_action = None
         if self.commanding and space.kind == 'velocity' and space.absolute_joints:
             self.position_action = self._pub(JointTrajectory, cfg.position_action_topic, cfg.action_qos)
@@ -68,7 +73,7 @@ class Outputs:
                 book[task] = node.create_publisher(String, topic, qos_from_name(cfg.text_qos))
                 self._text_pubs.append(book[task])
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
-        self.stamp_of: Callable[[float], Any] = sec_to_stamp  # the node installs the inputs' StampBook
+        self.stamp_of = stamp_of
         self.command = None
         if self.commanding and cfg.action_rate_hz > 0 and not cfg.controllers:
             cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
@@ -93,6 +98,11 @@ class Outputs:
         pub = self._node.create_lifecycle_publisher(msg_type, topic, qos_from_name(qos))
         self._pubs.append(pub)
         return pub
+
+    def reconfigure(self, cfg: NodeConfig) -> None:
+        """Take the node's live parameters: ``command_max_hold_s`` of the command stream."""
+        self._cfg = cfg
+        self.command_stream.max_hold_s = cfg.command_max_hold_s
 
     def subscribers(self) -> dict[str, int]:
         """``subscribers <topic>`` -> subscriptions matched by that output's publisher (writer

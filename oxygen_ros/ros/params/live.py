@@ -20,14 +20,17 @@ Compare ros2_control: a controller refuses parameter changes it cannot apply whi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from oxygen_ros.core.config import ConfigError
-from oxygen_ros.core.live import LIVE_ENGINE_FIELDS, LIVE_RTC_FIELDS, LIVE_TASK_FIELDS, replace_task
+from oxygen_ros.core.config import ConfigError, EngineConfig
+from oxygen_ros.core.live import LIVE_ENGINE_FIELDS, LIVE_RTC_FIELDS, LIVE_TASK_FIELDS, live_configs, replace_task
+from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.ros.params.node_config import NodeConfig, node_specs
 from oxygen_ros.ros.params.specs import check_value, task_specs
 
-__all__ = ['LIVE_NODE_PARAMS', 'apply_live', 'is_live', 'refusal', 'updated_config']
+__all__ = ['LIVE_NODE_PARAMS', 'LiveUpdate', 'is_live', 'live_update', 'refusal', 'updated_config']
 
 #: Node-level parameters read where they are used (the assembler, the command stream, the text
 #: streams, the diagnostics timer), so a new value applies from the next message or period.
@@ -107,8 +110,7 @@ def checked_values(cfg: NodeConfig, params: dict[str, Any], state: str) -> tuple
     return values, problems
 
 
-def _unchanged(node: Any, name: str, value: Any) -> bool:
-    current = node.get_parameter(name).value if node.has_parameter(name) else None
+def _unchanged(current: Any, value: Any) -> bool:
     if isinstance(value, (list, tuple)) or isinstance(current, (list, tuple)):
         return isinstance(current, (list, tuple)) and isinstance(value, (list, tuple)) and list(value) == list(current)
     return type(value) is type(current) and value == current or (
@@ -116,39 +118,46 @@ def _unchanged(node: Any, name: str, value: Any) -> bool:
         and not isinstance(current, bool) and float(value) == float(current))
 
 
-def apply_live(node: Any, params: dict[str, Any]) -> str:
-    """Check ``params`` (name → new value) against the configured ``node`` (an
-    :class:`~oxygen_ros.ros.node.OxygenNode` in *inactive* or *active*) and apply them all — the
-    engine and RTC settings through :meth:`Engine.reconfigure`, the node's own to the assembler,
-    the inference worker, the command stream, the text streams and the diagnostics timer — or
-    none. Returns ``''`` when applied, else the reason every one was refused (each named).
+@dataclass(frozen=True)
+class LiveUpdate:
+    """A checked set of live parameter changes, as values for each part of the node.
+
+    Attributes:
+        cfg: the node's configuration with the changes.
+        engine / rtc: the running engine's configs with the changes (for ``Engine.reconfigure``).
+        changed: the parameter names that change.
     """
-    params = {k: v for k, v in params.items() if not _unchanged(node, k, v)}  # setting the same value: no-op
-    values, problems = checked_values(node.cfg, params, node.lifecycle_state)
+
+    cfg: NodeConfig
+    engine: EngineConfig
+    rtc: RTCConfig
+    changed: frozenset[str]
+
+
+def live_update(cfg: NodeConfig, engine: EngineConfig, rtc: RTCConfig, current: Callable[[str], Any],
+                params: dict[str, Any], state: str) -> LiveUpdate | str | None:
+    """Check ``params`` (name → new value) against a configured node in lifecycle ``state``
+    (``inactive`` / ``active``) whose configuration is ``cfg`` and whose engine runs ``engine`` /
+    ``rtc``; ``current(name)`` is a parameter's value now (``None`` if undeclared).
+
+    Returns:
+        The :class:`LiveUpdate` to apply; ``None`` when nothing changes (every value as it is);
+        or the reason every one is refused (each named) — all or none.
+    """
+    params = {k: v for k, v in params.items() if not _unchanged(current(k), v)}  # the same value: no-op
+    values, problems = checked_values(cfg, params, state)
     if problems:
         return '; '.join(problems)
     if not values:
-        return ''
+        return None
     try:
-        new = updated_config(node.cfg, values)
+        new = updated_config(cfg, values)
         if len(new.instruction) > new.max_instruction_chars and ('instruction' in values
                                                                   or 'max_instruction_chars' in values):
             return (f'instruction has {len(new.instruction)} characters, more than max_instruction_chars = '
                     f'{new.max_instruction_chars}')
-        running = updated_config(dataclasses.replace(node.cfg, engine=node.engine.cfg, rtc=node.engine.rtc), values)
-        node.engine.reconfigure(running.engine, running.rtc)  # validates first: nothing applied on error
+        running = updated_config(dataclasses.replace(cfg, engine=engine, rtc=rtc), values)
+        engine_cfg, rtc_cfg = live_configs(engine, running.engine, rtc, running.rtc)  # validated, not applied
     except (ConfigError, KeyError, ValueError) as exc:
         return str(exc).strip("'")
-    asm = node.assembler
-    asm.cfg = dataclasses.replace(asm.cfg, state_tolerance_s=new.state_tolerance_s,
-                                  camera_max_age_s=new.camera_max_age_s, time_jump_s=new.time_jump_s)
-    if 'instruction' in values:
-        asm.set_instruction(new.instruction)
-    node.worker.camera_sync_s = new.camera_sync_s
-    node.worker.utterances.set_header(new.text_header)
-    node.outputs.command_stream.max_hold_s = new.command_max_hold_s
-    node.inputs.reconfigure(new)
-    if new.diagnostics_period_s != node.cfg.diagnostics_period_s:
-        node.set_diagnostics_period(new.diagnostics_period_s)
-    node.cfg = new
-    return ''
+    return LiveUpdate(new, engine_cfg, rtc_cfg, frozenset(values))
