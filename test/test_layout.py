@@ -1,5 +1,5 @@
 """The package layout (issue "one folder per concept"): dependency direction, no import circles,
-modules of one job.
+no monster modules.
 
 Imports are read statically (``ast``) from every module under ``oxygen_ros/``, including imports
 inside functions and ``TYPE_CHECKING`` blocks: a circle hidden behind a local import is still a
@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "evaluate": {"core", "ros", "bags", "replay", "sim", "evaluate"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
-MAX_LINES = 400  # a guard against monsters, not a target: split along a seam, never to meet it
-MAX_MODULES_PER_FOLDER = 12
+# A generous guard against monster modules, not a size to aim for: folders and modules follow
+# concepts, and a long module with one job stays whole. Split along a seam, never to meet a number.
+MAX_LINES = 800
 
 
 def module_name(path: Path) -> str:
@@ -160,16 +161,7 @@ def test_relative_and_local_imports_are_seen(tmp_path):
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
 def test_modules_stay_small(path):
     n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines (> {MAX_LINES}): split it along its seams"
-
-
-def test_folders_hold_few_modules():
-    crowded = {}
-    for d in {p.parent for p in PACKAGE.rglob("*.py")}:
-        n = len([p for p in d.glob("*.py") if p.name != "__init__.py"])
-        if n > MAX_MODULES_PER_FOLDER:
-            crowded[str(d.relative_to(REPO))] = n
-    assert crowded == {}
+    assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines (> {MAX_LINES}): find the seams of its jobs"
 
 
 def test_every_folder_says_what_lives_there_and_what_it_may_import():
