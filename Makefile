@@ -46,7 +46,7 @@ else
 TEST_SELECTION :=
 endif
 
-# DDS stays on this host in tests and demos (DESIGN §7; ROS_LOCALHOST_ONLY is ignored in Kilted).
+# DDS stays on this host in tests and demos (ROS_LOCALHOST_ONLY is ignored in Kilted).
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONDONTWRITEBYTECODE = 1
 

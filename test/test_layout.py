@@ -1,5 +1,5 @@
 """The package layout (issue "one folder per concept"): dependency direction, no import circles,
-modules of one job.
+no monster modules.
 
 Imports are read statically (``ast``) from every module under ``oxygen_ros/``, including imports
 inside functions and ``TYPE_CHECKING`` blocks: a circle hidden behind a local import is still a
@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "evaluate": {"core", "ros", "bags", "replay", "sim", "evaluate"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
-MAX_LINES = 400  # a guard against monsters, not a target: split along a seam, never to meet it
-MAX_MODULES_PER_FOLDER = 12
+# A generous guard against monster modules, not a size to aim for: folders and modules follow
+# concepts, and a long module with one job stays whole. Split along a seam, never to meet a number.
+MAX_LINES = 800
 
 
 def module_name(path: Path) -> str:
@@ -160,19 +161,66 @@ def test_relative_and_local_imports_are_seen(tmp_path):
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
 def test_modules_stay_small(path):
     n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines (> {MAX_LINES}): split it along its seams"
-
-
-def test_folders_hold_few_modules():
-    crowded = {}
-    for d in {p.parent for p in PACKAGE.rglob("*.py")}:
-        n = len([p for p in d.glob("*.py") if p.name != "__init__.py"])
-        if n > MAX_MODULES_PER_FOLDER:
-            crowded[str(d.relative_to(REPO))] = n
-    assert crowded == {}
+    assert n <= MAX_LINES, f"{path.relative_to(REPO)} has {n} lines (> {MAX_LINES}): find the seams of its jobs"
 
 
 def test_every_folder_says_what_lives_there_and_what_it_may_import():
     for init in PACKAGE.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert "import" in doc.lower() and len(doc.splitlines()) >= 2, init.relative_to(REPO)
+
+
+# ------------------------------------------------------------------ the repository explains itself
+# No pointer to a design document kept outside the repository: a reference names a section of
+# docs/architecture.md, or states the fact where it is needed. The needles are split so that this
+# file does not match itself.
+OUTSIDE_DOC_NEEDLES = ("DESIGN" + " §", "DESIGN" + ".md")
+EXPLAINED_PLACES = ("oxygen_ros", "test", "docs", "config", "launch", "README.md", "Makefile")
+GENERATED_PARTS = {"__pycache__", "_build"}
+# being refactored: these modules are rewritten elsewhere at the moment; their references go with
+# that rewrite, and then this list goes too
+STILL_POINTING_OUTSIDE = {
+    "oxygen_ros/core/engine/engine.py",
+    "oxygen_ros/core/engine/streams.py",
+    "oxygen_ros/core/loops/batcher.py",
+    "oxygen_ros/core/loops/concurrent.py",
+    "oxygen_ros/core/loops/frame_work.py",
+    "oxygen_ros/core/loops/metrics.py",
+}
+
+
+def outside_doc_references(root: Path) -> dict[str, list[int]]:
+    """Every file under the explained places of ``root`` that points to a design document outside
+    the repository: its path relative to ``root`` -> the line numbers that do."""
+    found: dict[str, list[int]] = {}
+    for place in EXPLAINED_PLACES:
+        base = root / place
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for path in files:
+            if GENERATED_PARTS & set(path.relative_to(root).parts):
+                continue
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            lines = [i for i, line in enumerate(text.splitlines(), 1)
+                     if any(n in line for n in OUTSIDE_DOC_NEEDLES)]
+            if lines:
+                found[path.relative_to(root).as_posix()] = lines
+    return found
+
+
+def test_no_pointer_to_a_design_document_outside_the_repository():
+    found = outside_doc_references(REPO)
+    for path in STILL_POINTING_OUTSIDE:
+        found.pop(path, None)
+    assert found == {}, "say it in docs/architecture.md (and name the section) or state it in place"
+
+
+def test_the_pointer_check_finds_a_pointer(tmp_path):
+    """The check can fail: a docstring, a Makefile comment and a guide that point outside are found;
+    a build folder is not read."""
+    (tmp_path / "oxygen_ros" / "core").mkdir(parents=True)
+    (tmp_path / "oxygen_ros" / "core" / "x.py").write_text('"""Rules.\n\nAs in ' + "DESIGN" + ' §4."""\n')
+    (tmp_path / "Makefile").write_text("# see " + "DESIGN" + ".md\nall:\n")
+    (tmp_path / "docs" / "_build").mkdir(parents=True)
+    (tmp_path / "docs" / "_build" / "a.html").write_text("DESIGN" + " §1")
+    (tmp_path / "docs" / "guide.md").write_text("# Guide\n\nClean.\n")
+    assert outside_doc_references(tmp_path) == {"oxygen_ros/core/x.py": [3], "Makefile": [1]}

@@ -155,10 +155,6 @@ class BagInput:
         """The error that stopped the last :meth:`messages` iteration, or None."""
         return self._state.error
 
-    def read_counts(self) -> dict[str, int]:
-        """Messages read per topic by the last :meth:`messages` iteration."""
-        return dict(self._state.counts)
-
     def lost(self, topics: Iterable[str]) -> dict[str, int]:
         """Per topic, messages the index claims but the last full iteration did not yield.
 

@@ -3,7 +3,7 @@
 :class:`BagOutput` takes rclpy message objects (as the node's converters build them) and
 translates them field by field into rosbags messages (:func:`to_rosbags`), then serializes them
 with rosbags: byte-compatible with rclpy, and unlike ``rclpy.serialization`` it never emits the
-JointState bytes that rosbags rejects (DESIGN §7). The folder appears only when complete.
+bytes rosbags rejects for a JointState with empty fields. The folder appears only when complete.
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ DEFAULT_TASKS: tuple[TaskConfig, ...] = (
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The unified KV cache engine (DESIGN §4–5).
+    """The unified KV cache engine (docs/architecture.md, 'Engine modes' and 'Schedules').
 
     Attributes:
         mode: ``unified`` (shared prefill + cross-frame continuous batching), ``shared_kv`` (shared

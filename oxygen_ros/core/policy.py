@@ -3,7 +3,7 @@
 ``Pi05Policy.sample_actions`` = openpi's ``Policy.infer`` for one observation (preprocess → prefill
 → S denoise steps → unnormalise → robot dimension). ``generate_text`` decodes language from the
 same prefix: optional continuation prompt tokens appended causally after the prefix, then one token
-at a time with the tied LM head (DESIGN §2 "Text"). Both use a contiguous :class:`DenseKVCache`.
+at a time with the tied LM head, from the last valid prefix token's hidden state. Both use a contiguous :class:`DenseKVCache`.
 """
 
 from __future__ import annotations

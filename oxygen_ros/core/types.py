@@ -104,7 +104,7 @@ class NormStats:
 
 @dataclass
 class FrameMetrics:
-    """Timing and load of one control frame (definitions: DESIGN §5). Times in seconds."""
+    """Timing and load of one control frame (definitions: docs/architecture.md, 'Metrics'). Times in seconds."""
 
     frame_id: int
     frame_time: float = 0.0

@@ -1,6 +1,6 @@
 """The demo's random-weight checkpoint: built once, cached, checked on every use.
 
-The weights are random (no real π0.5 weights exist on the development machines, DESIGN §7) but
+The weights are random (no real π0.5 weights exist on the development machines) but
 everything else is real: the ``pi05-small`` architecture, the openpi checkpoint layout written
 by ``save_pretrained``, the project's own tokenizer, and normalisation statistics computed from a
 bag (q01/q99, mean, std of the joint-state positions for ``state`` and of the recorded commands

@@ -1,4 +1,4 @@
-"""What a replay measured, summarised with the metric definitions of DESIGN §5.
+"""What a replay measured, summarised with the metric definitions of docs/architecture.md, 'Metrics'.
 
 - frame time T: wall time of one ``Engine.step`` (CPU: synchronous; CUDA: after device sync);
 - action frequency H/T and chunk rate 1/T, from the median T of frames that produced a chunk;

@@ -3,7 +3,7 @@
 
 :class:`FrameStats` and :class:`ProblemLog` are plain Python (thread-safe, clock passed in);
 :func:`build_status` turns a snapshot into a ``DiagnosticStatus``. Metric definitions follow
-DESIGN §5: frame time T is the wall time of one engine step; action frequency = H / T (median T);
+docs/architecture.md, 'Metrics': frame time T is the wall time of one engine step; action frequency = H / T (median T);
 chunk and frame rates are counted over the window; tok/s = tokens emitted / window wall time.
 Schedule metrics (issue 13, defined in ``oxygen_ros.core.loops.metrics``): chunk latency with and
 without language load, batcher busy fraction and tokens per frame, over the same window.

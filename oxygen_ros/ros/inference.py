@@ -1,4 +1,4 @@
-"""The inference thread of the ``oxygen`` node (DESIGN §5–6).
+"""The inference thread of the ``oxygen`` node (docs/architecture.md, 'Schedules').
 
 One thread owns :meth:`Engine.step`. It wakes when a camera delivers a new image, waits briefly
 (``camera_sync_s``) for the other live cameras' images of the same instant, assembles the newest

@@ -4,7 +4,7 @@ ROS-free (unit-testable): times are float seconds from message header stamps; im
 opaque objects turned into uint8 ``[H, W, 3]`` RGB by the ``decode`` callable given at construction,
 lazily — only the image a frame actually uses is decoded, so a flooded camera costs no decoding.
 
-Rules (DESIGN §5 step 1, issue #4):
+Rules (a frame takes the newest complete observation; issue #4):
 
 - reference time ``t_ref`` = newest stamp received on any input (cameras or joint states);
 - a camera whose newest good image is older than ``t_ref - camera_max_age_s`` is *stale*: its

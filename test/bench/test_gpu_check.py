@@ -33,17 +33,22 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]
 
 @pytest.mark.slow
 def test_the_dry_run_runs_every_stage_on_a_bare_stack(tmp_path):
-    """Every stage passes on the CPU with pi05-tiny; one summary line per stage on stdout, its log
-    and the summary written; the Markdown table holds every stage and the bench / schedule
-    figures."""
+    """Every stage passes on the CPU with pi05-tiny (the ``gpu`` tests are ``skipped`` without
+    CUDA: they ran none); one summary line per stage on stdout, its log and the summary written;
+    the Markdown table holds every stage and the bench / schedule figures."""
+    import torch
+
     proc, out = _run(tmp_path, "--dry-run")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((out / "summary.json").read_text())
     assert doc["dry_run"] is True
-    assert [(s["stage"], s["status"]) for s in doc["stages"]] == [(n, "passed") for n in gpu_check.STAGES]
+    want = {n: "passed" for n in gpu_check.STAGES}
+    if not torch.cuda.is_available():
+        want["tests"] = "skipped"
+    assert [(s["stage"], s["status"]) for s in doc["stages"]] == list(want.items())
     for name in gpu_check.STAGES:
         assert (out / f"{name}.log").stat().st_size > 0
-        assert sum(line.startswith(f"[{name}] passed in ") for line in proc.stdout.splitlines()) == 1
+        assert sum(line.startswith(f"[{name}] {want[name]} in ") for line in proc.stdout.splitlines()) == 1
     figs = {k: v for s in doc["stages"] for k, v in s["figures"].items()}
     assert figs["smoke_ok"] == figs["smoke_runs"] == 4
     assert figs["failed"] == 0 and figs["passed"] + figs["skipped"] >= 1
@@ -52,7 +57,7 @@ def test_the_dry_run_runs_every_stage_on_a_bare_stack(tmp_path):
         assert figs[key] > 0, key
     md = (out / "summary.md").read_text()
     assert md.startswith("### gpu_check --dry-run (CPU, pi05-tiny)")
-    assert all(f"| {n} | passed |" in md for n in gpu_check.STAGES)
+    assert all(f"| {n} | {want[n]} |" in md for n in gpu_check.STAGES)
     assert "| action path, 3 cameras (ms, p50) |" in md and "GPU target; n/a on the CPU" in md
 
 
@@ -76,6 +81,47 @@ def test_a_stage_without_results_is_an_error_with_the_reason(tmp_path):
                               PARSERS["tests"], tmp_path)
     assert res["status"] == "failed" and res["returncode"] == 3
     assert "| bench | error |" in markdown([res | {"stage": "bench", "status": "error"}], False, 1.0)
+
+
+def _junit(folder: Path, tests: int, failures: int = 0, skipped: int = 0) -> None:
+    """A pytest JUnit XML in ``folder/tests.xml`` with these counts (what ``--junitxml`` writes)."""
+    cases = "".join(f'<testcase classname="test.core.test_x" name="test_{i}">'
+                    + ("<failure message='boom'/>" if i < failures else "<skipped message='no CUDA'/>"
+                       if i < failures + skipped else "") + "</testcase>" for i in range(tests))
+    (folder / "tests.xml").write_text(
+        f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" '
+        f'failures="{failures}" skipped="{skipped}" tests="{tests}">{cases}</testsuite></testsuites>')
+
+
+@pytest.mark.parametrize("tests, failures, skipped, status", [
+    (12, 0, 12, "skipped"),   # every test skipped (no CUDA): nothing was checked
+    (0, 0, 0, "skipped"),     # nothing collected at all
+    (12, 0, 11, None),        # one test ran and passed
+    (12, 1, 11, None),        # one ran and failed: a failure, never hidden as skipped
+])
+def test_the_tests_parser_says_skipped_when_no_test_passed_or_failed(tmp_path, tests, failures, skipped, status):
+    _junit(tmp_path, tests, failures, skipped)
+    res = PARSERS["tests"](tmp_path)
+    assert res.get("status") == status
+    figs = res["figures"]
+    assert (figs["passed"], figs["failed"], figs["skipped"]) == (tests - failures - skipped, failures, skipped)
+    assert res["summary"].startswith(f"{tests - failures - skipped} passed, {failures} failed, {skipped} skipped")
+
+
+def test_a_tests_stage_that_ran_no_test_reports_skipped_with_its_summary(tmp_path):
+    """Exit 0 with every test skipped is ``skipped`` (with pytest's counts); the same results with a
+    non-zero exit stay ``failed``; a stage with a passing test stays ``passed``."""
+    _junit(tmp_path, 12, skipped=12)
+    res = gpu_check.run_stage("tests", [sys.executable, "-c", "pass"], 30, tmp_path, PARSERS["tests"], tmp_path)
+    assert res["status"] == "skipped" and res["summary"] == "0 passed, 0 failed, 12 skipped"
+    assert "log_tail" not in res
+    assert "| tests | skipped |" in markdown([res], False, 1.0)
+    res = gpu_check.run_stage("tests", [sys.executable, "-c", "raise SystemExit(1)"], 30, tmp_path,
+                              PARSERS["tests"], tmp_path)
+    assert res["status"] == "failed" and res["summary"] == "0 passed, 0 failed, 12 skipped"
+    _junit(tmp_path, 12, skipped=11)
+    res = gpu_check.run_stage("tests", [sys.executable, "-c", "pass"], 30, tmp_path, PARSERS["tests"], tmp_path)
+    assert res["status"] == "passed" and res["summary"] == "1 passed, 0 failed, 11 skipped"
 
 
 def test_bad_timeout_flags_are_rejected():

@@ -1,4 +1,4 @@
-"""``oxygen_ros.core`` is ROS-free (DESIGN §3), and the engine's bookkeeping is torch-free.
+"""``oxygen_ros.core`` is ROS-free (docs/architecture.md, 'The package'), and the engine's bookkeeping is torch-free.
 
 Each check runs in a fresh interpreter where the forbidden packages are made unimportable by a
 meta-path finder (they ARE installed in the dev venv, so a stray import would be caught).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')  # DESIGN §7
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')  # DDS stays on this host
 
 
 import cv2
@@ -112,7 +112,7 @@ def test_round_trip_through_rgb_to_image_msg(encoding):
 
 @pytest.mark.parametrize('encoding', SUPPORTED_ENCODINGS)
 def test_matches_rosbags_image(encoding):
-    """The no-cv_bridge reference of DESIGN §6 (rosbags-image) agrees on unpadded images."""
+    """The path used where cv_bridge is absent (rosbags-image) agrees on unpadded images."""
     image = pytest.importorskip('rosbags.image')
     rgb = _picture(8, 9, seed=3)
     msg = _raw_msg(rgb, encoding)

@@ -2,7 +2,9 @@
 
 Each parser takes the stage's raw folder and returns ``summary`` (one line) and ``figures`` (the
 numbers the table shows); a missing or partial result file raises, and the check records the stage
-as ``error`` with that message. Targets are the GPU issue's (H200): action path ≤ 25 ms with three
+as ``error`` with that message. A parser may also return ``status: skipped`` when its stage ran but
+checked nothing (``tests``: no test passed and none failed); a stage that exited 0 then reports
+``skipped`` instead of ``passed``. Targets are the GPU issue's (H200): action path ≤ 25 ms with three
 cameras, unified ≥ 4× isolated at N = 30, k = 1, ≥ 150 action Hz and ≥ 450 tok/s; and the
 schedule's chunk interval with ÷ without language ≤ 1.15.
 """
@@ -58,7 +60,16 @@ def parse_tests(raw: Path) -> dict[str, Any]:
               if c.find("failure") is not None or c.find("error") is not None]
     figs = {"passed": n - fail - err - skip, "failed": fail + err, "skipped": skip, "failed_tests": failed}
     summary = f"{figs['passed']} passed, {figs['failed']} failed, {skip} skipped"
-    return {"summary": summary + (f" ({', '.join(failed[:5])})" if failed else ""), "figures": figs}
+    res = {"summary": summary + (f" ({', '.join(failed[:5])})" if failed else ""), "figures": figs}
+    if ran_no_test(figs):
+        res["status"] = "skipped"
+    return res
+
+
+def ran_no_test(figures: dict[str, Any]) -> bool:
+    """Whether a pytest run checked nothing: no test passed and none failed (every one skipped,
+    e.g. the ``gpu`` tests on a machine without CUDA). Such a stage is ``skipped``, not ``passed``."""
+    return figures.get("passed", 0) == 0 and figures.get("failed", 0) == 0
 
 
 def parse_schedules(raw: Path) -> dict[str, Any]:
@@ -135,4 +146,4 @@ def markdown(results: list[dict[str, Any]], dry: bool, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["PARSERS", "TARGETS", "markdown"]
+__all__ = ["PARSERS", "TARGETS", "markdown", "ran_no_test"]

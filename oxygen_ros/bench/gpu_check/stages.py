@@ -69,8 +69,10 @@ def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, 
 def run_stage(name: str, cmd: list[str], timeout_s: float, out: Path,
               parse: Callable[[Path], dict[str, Any]], raw: Path) -> dict[str, Any]:
     """Run one stage; its output goes to ``out/<name>.log``. Returns its result (never raises):
-    ``status`` is ``passed``, ``failed`` (non-zero exit), ``timeout`` or ``error`` (could not
-    start, or its results could not be read), with ``seconds``, ``summary`` and ``figures``."""
+    ``status`` is ``passed``, ``skipped`` (exit 0, but its results say it checked nothing: a
+    ``tests`` stage where every test was skipped), ``failed`` (non-zero exit), ``timeout`` or
+    ``error`` (could not start, or its results could not be read), with ``seconds``, ``summary``
+    and ``figures``."""
     log = out / f"{name}.log"
     t0 = time.perf_counter()
     res: dict[str, Any] = {"stage": name, "command": " ".join(cmd), "timeout_s": timeout_s}
@@ -87,13 +89,17 @@ def run_stage(name: str, cmd: list[str], timeout_s: float, out: Path,
         res["status"], res["error"] = "error", f"could not start: {e}"
     res["seconds"] = round(time.perf_counter() - t0, 1)
     try:
-        res.update(parse(raw))
+        parsed = parse(raw)
+        verdict = parsed.pop("status", None)
+        res.update(parsed)
+        if verdict == "skipped" and res["status"] == "passed":  # ran, exited 0, checked nothing
+            res["status"] = "skipped"
     except Exception as e:  # a stage that died early leaves partial or no results: say so, go on
         res.setdefault("summary", f"no results ({type(e).__name__}: {e})")
         res.setdefault("figures", {})
         if res["status"] == "passed":
             res["status"] = "error"
-    if res["status"] != "passed":
+    if res["status"] not in ("passed", "skipped"):
         res["log_tail"] = _tail(log)
     return res
 
@@ -124,7 +130,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the stages; exit 0 when every stage passed, 1 otherwise (results are written either way)."""
+    """Run the stages; exit 0 when every stage passed or was skipped (ran and checked nothing: shown
+    as ``skipped`` in the table), 1 otherwise (results are written either way)."""
     a = parse_args(argv)
     out = a.out
     raw = out / "raw"
@@ -142,4 +149,4 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(results, a.dry_run, time.perf_counter() - t0)
     (out / "summary.md").write_text(table)
     print(table)
-    return 0 if all(r["status"] == "passed" for r in results) else 1
+    return 0 if all(r["status"] in ("passed", "skipped") for r in results) else 1

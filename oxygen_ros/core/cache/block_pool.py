@@ -10,7 +10,7 @@ out again before that stream has passed an event. ``free(blocks, fence)`` parks 
 ``reclaim(is_done)`` sees the fence as done. Every update holds one re-entrant lock, so the
 action loop (prefix blocks) and the batcher loop (request blocks) may share the pool from two
 threads (issue 13). Follows the paged KV cache of vLLM (Kwon et al., 2023)
-and DESIGN §4; written from scratch.
+and docs/architecture.md, 'The KV block pool'; written from scratch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """KV pool sizing for a configured workload (plain arithmetic over blocks and bytes).
 
-What the pool must hold at once (DESIGN §4): the current frame's prefix, the reserve for the next
+What the pool must hold at once (docs/architecture.md, 'The KV block pool'): the current frame's prefix, the reserve for the next
 frame's prefix (so the action path never waits for blocks), and every language request in flight
 — each with its own frame's prefix (requests admitted in different frames do not share one) plus
 its own prompt and token budget. The concurrent schedule holds one prefix more: the batcher still
