@@ -177,18 +177,6 @@ def test_every_folder_says_what_lives_there_and_what_it_may_import():
 OUTSIDE_DOC_NEEDLES = ("DESIGN" + " §", "DESIGN" + ".md")
 EXPLAINED_PLACES = ("oxygen_ros", "test", "docs", "config", "launch", "README.md", "Makefile")
 GENERATED_PARTS = {"__pycache__", "_build"}
-# being refactored: these modules are rewritten elsewhere at the moment; their references go with
-# that rewrite, and then this list goes too
-STILL_POINTING_OUTSIDE = {
-    "oxygen_ros/core/engine/engine.py",
-    "oxygen_ros/core/engine/streams.py",
-    "oxygen_ros/core/loops/batcher.py",
-    "oxygen_ros/core/loops/concurrent.py",
-    "oxygen_ros/core/loops/frame_work.py",
-    "oxygen_ros/core/loops/metrics.py",
-}
-
-
 def outside_doc_references(root: Path) -> dict[str, list[int]]:
     """Every file under the explained places of ``root`` that points to a design document outside
     the repository: its path relative to ``root`` -> the line numbers that do."""
@@ -209,8 +197,6 @@ def outside_doc_references(root: Path) -> dict[str, list[int]]:
 
 def test_no_pointer_to_a_design_document_outside_the_repository():
     found = outside_doc_references(REPO)
-    for path in STILL_POINTING_OUTSIDE:
-        found.pop(path, None)
     assert found == {}, "say it in docs/architecture.md (and name the section) or state it in place"
 
 

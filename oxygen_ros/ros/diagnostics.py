@@ -5,7 +5,7 @@
 :func:`build_status` turns a snapshot into a ``DiagnosticStatus``. Metric definitions follow
 docs/architecture.md, 'Metrics': frame time T is the wall time of one engine step; action frequency = H / T (median T);
 chunk and frame rates are counted over the window; tok/s = tokens emitted / window wall time.
-Schedule metrics (issue 13, defined in ``oxygen_ros.core.loops.metrics``): chunk latency with and
+Schedule metrics (issue 13, defined in ``oxygen_ros.core.engine.metrics``): chunk latency with and
 without language load, batcher busy fraction and tokens per frame, over the same window.
 """
 

@@ -1,8 +1,8 @@
 """CUDA streams, events and cross-stream lifetime rules for the engine; host equivalents on the CPU.
 
 Two *lanes* share the device: the **action** lane (prefill + denoise, a high-priority CUDA stream)
-and the **decode** lane (the language batcher, a low-priority stream). The rules (DESIGN §4–5,
-issue 13), each implemented here once and used by the serial and the concurrent schedule alike:
+and the **decode** lane (the language batcher, a low-priority stream). The rules
+(docs/architecture.md, "Schedules"), each implemented here once and used by the serial and the concurrent schedule alike:
 
 - **Start-up**: both streams ``wait_stream`` the default stream, which zero-filled the KV pool and
   loaded the weights (:meth:`DeviceStreams.wait_default`); otherwise the first prefill on the
