@@ -194,9 +194,9 @@ class OxygenNode(LifecycleNode):
         frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        self.engine = make_engine(self.policy, cfg.engine, rtc=cfg.rtc)
-        self.engine.handover.relative_to_state(frames.space.delta, frames.space.anchor)  # delta spaces
-        self.engine.handover.clock = lambda: self.get_clock().now().nanoseconds * 1e-9  # RTC latency: stamp → chunk
+        self.engine = make_engine(self.policy, cfg.engine, rtc=cfg.rtc,
+                                  rtc_relative=(frames.space.delta, frames.space.anchor),  # delta spaces
+                                  stamp_clock=lambda: self.get_clock().now().nanoseconds * 1e-9)  # stamp → chunk
         self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
         # every endpoint and part of the configured node, created here with what it needs

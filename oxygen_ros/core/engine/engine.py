@@ -99,6 +99,8 @@ class Engine:
         policy: the model with its tokenizer and normaliser.
         cfg: engine settings (validated; the KV pool is sized from them and the model).
         rtc: real-time chunking of the action path (default: off).
+        rtc_relative / stamp_clock: the RTC hand-over's action dims relative to a state dim and
+            the clock of the observation stamps (:class:`~oxygen_ros.core.rtc.handover.ChunkHandover`).
 
     Raises:
         ConfigError: an invalid ``cfg`` / ``rtc``, or a pool that cannot be held (``size_engine``).
@@ -106,7 +108,8 @@ class Engine:
 
     schedule = "serial"
 
-    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None) -> None:
+    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None, *,
+                 rtc_relative: tuple[Any, Any] | None = None, stamp_clock: Callable[[], float] | None = None) -> None:
         cfg = (cfg or EngineConfig()).validate()
         self.rtc = (rtc or RTCConfig()).validate()
         self.policy = policy
@@ -130,7 +133,7 @@ class Engine:
                                       late_cancels=self.take_cancels if serial or policy_name == "continuous" else None)
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
         self.handover = ChunkHandover(self.rtc, policy.normalizer, mc.action_horizon, mc.action_dim,
-                                      euler_times(self.num_steps)[0])  # real-time chunking (core.rtc)
+                                      euler_times(self.num_steps)[0], rtc_relative, stamp_clock)  # core.rtc
         self.meter = ScheduleMeter()
         self.frame_id = 0
         self.dropped_observations = 0

@@ -25,6 +25,7 @@ as admission is not limited by the pool (admission timing then differs, never co
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -60,8 +61,9 @@ class ConcurrentEngine(Engine):
     schedule = "concurrent"
 
     def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                 prefix_wait_s: float = 30.0, max_pending: int = 4, rtc: RTCConfig | None = None) -> None:
-        super().__init__(policy, cfg, rtc)
+                 prefix_wait_s: float = 30.0, max_pending: int = 4, rtc: RTCConfig | None = None,
+                 **handover: Any) -> None:
+        super().__init__(policy, cfg, rtc, **handover)
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
         self.threads = intra_op_threads if intra_op_threads > 0 else torch.get_num_threads()

@@ -8,6 +8,8 @@ frame step, language half and schedule metrics.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config import EngineConfig
 from ..engine.engine import Engine
 from ..policy import Pi05Policy
@@ -19,20 +21,21 @@ SerialEngine = Engine
 
 
 def make_engine(policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                rtc: RTCConfig | None = None) -> Engine:
+                rtc: RTCConfig | None = None, **handover: Any) -> Engine:
     """The engine of ``cfg.schedule``: :class:`Engine` (serial) or :class:`ConcurrentEngine`.
 
     Args:
         intra_op_threads: concurrent schedule on the CPU only — torch threads per loop (0: keep).
         rtc: real-time chunking of the action path (default: off).
+        handover: ``rtc_relative`` / ``stamp_clock`` of :class:`Engine`.
 
     Raises:
         ConfigError: invalid ``cfg`` (via ``EngineConfig.validate``).
     """
     cfg = (cfg or EngineConfig()).validate()
     if cfg.schedule == "concurrent":
-        return ConcurrentEngine(policy, cfg, intra_op_threads=intra_op_threads, rtc=rtc)
-    return Engine(policy, cfg, rtc)
+        return ConcurrentEngine(policy, cfg, intra_op_threads=intra_op_threads, rtc=rtc, **handover)
+    return Engine(policy, cfg, rtc, **handover)
 
 
 __all__ = ["SerialEngine", "make_engine"]

@@ -75,12 +75,18 @@ class ChunkHandover:
         normalizer: the policy's (leftovers are re-expressed through it for relative dims).
         horizon / action_dim: ``T`` and the model's ``D``.
         times: the ``S`` flow times of the denoise loop.
+        relative: ``(mask [A] bool, anchor [A] int)`` — action dims relative to a state dim
+            (:meth:`relative_to_state`); ``None``: every dim absolute.
+        clock: the clock of the observation stamps (seconds; e.g. the ROS node's clock, sim time
+            included): latency is then measured from the stamp, transport and assembly included.
+            ``None``: from ``submit_observation``, on the engine's own clock.
 
     Thread-safety: used by the one inference thread (the engine's action path) only.
     """
 
     def __init__(self, cfg: RTCConfig, normalizer: Normalizer, horizon: int, action_dim: int,
-                 times: Sequence[Tensor]) -> None:
+                 times: Sequence[Tensor], relative: tuple[np.ndarray, np.ndarray] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.cfg = cfg.validate()
         self.normalizer = normalizer
         self.horizon, self.action_dim, self.times = horizon, action_dim, list(times)
@@ -94,10 +100,9 @@ class ChunkHandover:
         self._pending = "first"
         self._left: np.ndarray | None = None  # the leftover of the chunk being computed (metric)
         self._used_delay = self.delay
-        #: the clock of the observation stamps (seconds; e.g. the ROS node's clock, sim time
-        #: included): latency is then measured from the stamp, transport and assembly included.
-        #: None: from ``submit_observation``, on the engine's own clock.
-        self.clock: Callable[[], float] | None = None
+        self.clock = clock
+        if relative is not None:
+            self.relative_to_state(*relative)
 
     @property
     def last_chunk(self) -> np.ndarray | None:
