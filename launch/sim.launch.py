@@ -22,30 +22,32 @@ Arguments:
     log_level: ROS log level of both nodes.
 """
 
-import os
 from pathlib import Path
 
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
+from launch import LaunchDescription
 from oxygen_ros.ros.params.files import check_params_file
 
-PACKAGE = 'oxygen_ros'
-SIM_EXECUTABLE, SIM_NAME = 'aloha_sim', 'aloha_sim'
-OXYGEN_EXECUTABLE, OXYGEN_NAME = 'oxygen_node', 'oxygen'
-SIM_PARAMS = ('config', 'sim.yaml')
-OXYGEN_PARAMS = ('config', 'oxygen.yaml')
-_TRUE = ('true', '1', 'yes', 'on')
+PACKAGE = "oxygen_ros"
+SIM_EXECUTABLE, SIM_NAME = "aloha_sim", "aloha_sim"
+OXYGEN_EXECUTABLE, OXYGEN_NAME = "oxygen_node", "oxygen"
+SIM_PARAMS = ("config", "sim.yaml")
+OXYGEN_PARAMS = ("config", "oxygen.yaml")
+_TRUE = ("true", "1", "yes", "on")
 
 
 def _params_file(context, argument: str) -> str:
     """The parameter file named by launch argument ``argument``, checked before any node starts
     (:func:`oxygen_ros.ros.params.files.check_params_file`: a missing one stops the launch)."""
-    return check_params_file(argument, LaunchConfiguration(argument).perform(context),
-                             lambda: Path(FindPackageShare(PACKAGE).perform(context), 'config'))
+    return check_params_file(
+        argument,
+        LaunchConfiguration(argument).perform(context),
+        lambda: Path(FindPackageShare(PACKAGE).perform(context), "config"),
+    )
 
 
 def _file_rtf(path: str) -> float:
@@ -53,11 +55,11 @@ def _file_rtf(path: str) -> float:
     try:
         import yaml
 
-        with open(path, encoding='utf-8') as f:
+        with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f) or {}
         for key, section in doc.items():
-            if str(key).split('/')[-1] == SIM_NAME:
-                return float(section['ros__parameters'].get('real_time_factor', 1.0))
+            if str(key).split("/")[-1] == SIM_NAME:
+                return float(section["ros__parameters"].get("real_time_factor", 1.0))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, ImportError):
         pass
     return 1.0
@@ -66,43 +68,43 @@ def _file_rtf(path: str) -> float:
 def _nodes(context, *args, **kwargs):
     """Build both node actions with matching timing overrides."""
     sim_overrides, oxygen_overrides = {}, {}
-    for argument in ('sim_params_file', 'oxygen_params_file'):
+    for argument in ("sim_params_file", "oxygen_params_file"):
         _params_file(context, argument)
-    sim_params = LaunchConfiguration('sim_params_file')
-    rtf_arg = LaunchConfiguration('real_time_factor').perform(context).strip()
-    sim_time = LaunchConfiguration('use_sim_time').perform(context).strip().lower() in _TRUE
+    sim_params = LaunchConfiguration("sim_params_file")
+    rtf_arg = LaunchConfiguration("real_time_factor").perform(context).strip()
+    sim_time = LaunchConfiguration("use_sim_time").perform(context).strip().lower() in _TRUE
     if rtf_arg:
         rtf = float(rtf_arg)
-        sim_overrides['real_time_factor'] = rtf
+        sim_overrides["real_time_factor"] = rtf
     else:
         rtf = _file_rtf(sim_params.perform(context))
     sim_time = sim_time or rtf != 1.0
-    sim_overrides['publish_clock'] = sim_time
-    oxygen_overrides['use_sim_time'] = sim_time
-    for key in ('model', 'device'):
+    sim_overrides["publish_clock"] = sim_time
+    oxygen_overrides["use_sim_time"] = sim_time
+    for key in ("model", "device"):
         value = LaunchConfiguration(key).perform(context)
         if value:
             oxygen_overrides[key] = value
-    log_args = ['--ros-args', '--log-level', LaunchConfiguration('log_level')]
+    log_args = ["--ros-args", "--log-level", LaunchConfiguration("log_level")]
     return [
         Node(
             package=PACKAGE,
             executable=SIM_EXECUTABLE,
             name=SIM_NAME,
-            namespace=LaunchConfiguration('namespace'),
+            namespace=LaunchConfiguration("namespace"),
             parameters=[sim_params, sim_overrides],
             arguments=log_args,
-            output='screen',
+            output="screen",
             emulate_tty=True,
         ),
         LifecycleNode(
             package=PACKAGE,
             executable=OXYGEN_EXECUTABLE,
             name=OXYGEN_NAME,
-            namespace=LaunchConfiguration('namespace'),
-            parameters=[LaunchConfiguration('oxygen_params_file'), sim_params, oxygen_overrides],
+            namespace=LaunchConfiguration("namespace"),
+            parameters=[LaunchConfiguration("oxygen_params_file"), sim_params, oxygen_overrides],
             arguments=log_args,
-            output='screen',
+            output="screen",
             emulate_tty=True,
         ),
     ]
@@ -111,22 +113,32 @@ def _nodes(context, *args, **kwargs):
 def generate_launch_description() -> LaunchDescription:
     """The launch description (arguments + the sim node + the oxygen lifecycle node)."""
     share = FindPackageShare(PACKAGE)
-    return LaunchDescription([
-        DeclareLaunchArgument(
-            'sim_params_file', default_value=PathJoinSubstitution([share, *SIM_PARAMS]),
-            description='Parameter YAML of the closed loop (aloha_sim + oxygen overrides)'),
-        DeclareLaunchArgument(
-            'oxygen_params_file', default_value=PathJoinSubstitution([share, *OXYGEN_PARAMS]),
-            description='Base parameter YAML of the oxygen node'),
-        DeclareLaunchArgument('namespace', default_value='', description='Namespace of both nodes'),
-        DeclareLaunchArgument('model', default_value='',
-                              description='Checkpoint folder or preset; empty = from the params'),
-        DeclareLaunchArgument('device', default_value='',
-                              description='Torch device (cuda, cpu); empty = from the params'),
-        DeclareLaunchArgument('real_time_factor', default_value='',
-                              description='Sim seconds per wall second; not 1 = simulation time'),
-        DeclareLaunchArgument('use_sim_time', default_value='false',
-                              description='Use /clock from the sim even at real time'),
-        DeclareLaunchArgument('log_level', default_value='info', description='Log level'),
-        OpaqueFunction(function=_nodes),
-    ])
+    return LaunchDescription(
+        [
+            DeclareLaunchArgument(
+                "sim_params_file",
+                default_value=PathJoinSubstitution([share, *SIM_PARAMS]),
+                description="Parameter YAML of the closed loop (aloha_sim + oxygen overrides)",
+            ),
+            DeclareLaunchArgument(
+                "oxygen_params_file",
+                default_value=PathJoinSubstitution([share, *OXYGEN_PARAMS]),
+                description="Base parameter YAML of the oxygen node",
+            ),
+            DeclareLaunchArgument("namespace", default_value="", description="Namespace of both nodes"),
+            DeclareLaunchArgument(
+                "model", default_value="", description="Checkpoint folder or preset; empty = from the params"
+            ),
+            DeclareLaunchArgument(
+                "device", default_value="", description="Torch device (cuda, cpu); empty = from the params"
+            ),
+            DeclareLaunchArgument(
+                "real_time_factor", default_value="", description="Sim seconds per wall second; not 1 = simulation time"
+            ),
+            DeclareLaunchArgument(
+                "use_sim_time", default_value="false", description="Use /clock from the sim even at real time"
+            ),
+            DeclareLaunchArgument("log_level", default_value="info", description="Log level"),
+            OpaqueFunction(function=_nodes),
+        ]
+    )

@@ -10,14 +10,13 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_BAG = REPO / 'data' / 'aloha_sim_sample'
+SAMPLE_BAG = REPO / "data" / "aloha_sim_sample"
 TS = get_typestore(Stores.ROS2_KILTED)
 
 Edit = Callable[[str, int, bytes], Iterable[tuple[str, int, bytes]]]
 
 
-def edit_bag(src: Path, dst: Path, edit: Edit | None = None,
-             extra_topics: dict[str, str] | None = None) -> Path:
+def edit_bag(src: Path, dst: Path, edit: Edit | None = None, extra_topics: dict[str, str] | None = None) -> Path:
     """Write ``dst`` (mcap) from ``src``; ``edit(topic, log_ns, raw)`` returns the messages to write
     instead (none = drop). ``extra_topics`` (topic -> type) declares topics the edit may add."""
     with AnyReader([src], default_typestore=TS) as reader:
@@ -26,8 +25,8 @@ def edit_bag(src: Path, dst: Path, edit: Edit | None = None,
         conns = {}
         for c in reader.connections:
             conns[c.topic] = writer.add_connection(
-                c.topic, c.msgtype, typestore=TS,
-                offered_qos_profiles=list(getattr(c.ext, 'offered_qos_profiles', [])))
+                c.topic, c.msgtype, typestore=TS, offered_qos_profiles=list(getattr(c.ext, "offered_qos_profiles", []))
+            )
         for topic, msgtype in (extra_topics or {}).items():
             conns[topic] = writer.add_connection(topic, msgtype, typestore=TS)
         for conn, stamp, raw in reader.messages():

@@ -18,8 +18,9 @@ def tiny_model():
     return random_pretrained(TINY, seed=0)
 
 
-def uncached_lm_logits(model, prefix_embeds: torch.Tensor, prefix_valid: torch.Tensor,
-                       new_ids: torch.Tensor) -> torch.Tensor:
+def uncached_lm_logits(
+    model, prefix_embeds: torch.Tensor, prefix_valid: torch.Tensor, new_ids: torch.Tensor
+) -> torch.Tensor:
     """Reference without any cache: ONE VLM forward over ``[prefix ‖ new tokens]``.
 
     The prefix (``[B, P]``, valid tokens anywhere, e.g. openpi's unpacked layout) is bidirectional
@@ -34,8 +35,7 @@ def uncached_lm_logits(model, prefix_embeds: torch.Tensor, prefix_valid: torch.T
     b, p = prefix_valid.shape
     t = new_ids.shape[1]
     n = prefix_valid.long().sum(-1)
-    pos = torch.cat([(prefix_valid.long().cumsum(-1) - 1).clamp_min(0),
-                     n[:, None] + torch.arange(t)[None, :]], dim=1)
+    pos = torch.cat([(prefix_valid.long().cumsum(-1) - 1).clamp_min(0), n[:, None] + torch.arange(t)[None, :]], dim=1)
     emb = torch.cat([prefix_embeds, model.vlm.embed(new_ids)], dim=1)
     q = torch.arange(p + t)
     sees = (q[None, :] <= q[:, None]) | (q[None, :] < p)  # [query, key]: all prefix keys, causal new keys

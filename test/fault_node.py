@@ -42,11 +42,11 @@ class _Faults:
         def faulty_record(*args, **kwargs):
             if self.frame_stats_faults and engine.in_flight > 0:
                 self.frame_stats_faults -= 1
-                raise RuntimeError('injected fault in frame_stats')
+                raise RuntimeError("injected fault in frame_stats")
             return record(*args, **kwargs)
 
         stats.record = faulty_record
-        self.sub = node.create_subscription(String, '/test_fault', self.on_command, 10)
+        self.sub = node.create_subscription(String, "/test_fault", self.on_command, 10)
         self.log = node.get_logger()
 
     def rearm(self, stage: str) -> None:
@@ -54,6 +54,7 @@ class _Faults:
             if stage in self.always:
                 self.injector.arm(stage)
                 self.injector.on_next_call(stage, hook)
+
         self.injector.on_next_call(stage, hook)
 
     def on_command(self, msg: String) -> None:
@@ -63,20 +64,20 @@ class _Faults:
         cmd = words[0]
         if cmd in STAGES:
             self.injector.arm(cmd)
-        elif cmd.endswith('_always') and cmd[:-len('_always')] in STAGES:
-            stage = cmd[:-len('_always')]
+        elif cmd.endswith("_always") and cmd[: -len("_always")] in STAGES:
+            stage = cmd[: -len("_always")]
             self.always.add(stage)
             self.rearm(stage)
-        elif cmd == 'hang':
+        elif cmd == "hang":
             seconds = float(words[1])
-            self.injector.on_next_call('denoise', lambda: time.sleep(seconds))
-        elif cmd == 'frame_stats':
+            self.injector.on_next_call("denoise", lambda: time.sleep(seconds))
+        elif cmd == "frame_stats":
             self.frame_stats_faults += 1
-        elif cmd == 'clear':
+        elif cmd == "clear":
             self.always.clear()
             self.injector.disarm()
             self.frame_stats_faults = 0
-        self.log.info(f'test fault armed: {msg.data}')
+        self.log.info(f"test fault armed: {msg.data}")
 
 
 def _load(self, cfg):
@@ -86,5 +87,5 @@ def _load(self, cfg):
 
 node_module.OxygenNode._load = _load
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(node_module.main())

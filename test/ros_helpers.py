@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'  # before rclpy creates participants
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # before rclpy creates participants
 
 import numpy as np  # noqa: E402
 import rclpy  # noqa: E402
@@ -43,22 +43,40 @@ from oxygen_ros.ros.distro import close_context  # noqa: E402
 from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos  # noqa: E402
 
 ALOHA_JOINTS = (
-    'left_waist', 'left_shoulder', 'left_elbow', 'left_forearm_roll', 'left_wrist_angle',
-    'left_wrist_rotate', 'left_gripper', 'right_waist', 'right_shoulder', 'right_elbow',
-    'right_forearm_roll', 'right_wrist_angle', 'right_wrist_rotate', 'right_gripper')
-ALOHA_COMPRESSED = {'base_0_rgb': 'cam_high/image_raw/compressed',
-                    'left_wrist_0_rgb': 'cam_left_wrist/image_raw/compressed',
-                    'right_wrist_0_rgb': 'cam_right_wrist/image_raw/compressed'}
+    "left_waist",
+    "left_shoulder",
+    "left_elbow",
+    "left_forearm_roll",
+    "left_wrist_angle",
+    "left_wrist_rotate",
+    "left_gripper",
+    "right_waist",
+    "right_shoulder",
+    "right_elbow",
+    "right_forearm_roll",
+    "right_wrist_angle",
+    "right_wrist_rotate",
+    "right_gripper",
+)
+ALOHA_COMPRESSED = {
+    "base_0_rgb": "cam_high/image_raw/compressed",
+    "left_wrist_0_rgb": "cam_left_wrist/image_raw/compressed",
+    "right_wrist_0_rgb": "cam_right_wrist/image_raw/compressed",
+}
 
 
 def ros_env(domain_id: int) -> dict[str, str]:
     """Environment for a node process: isolated domain, localhost discovery, repo (and the test
     helpers, e.g. ``fault_node``) importable."""
     env = dict(os.environ)
-    env.update(ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
-               PYTHONUNBUFFERED='1', RCUTILS_LOGGING_BUFFERED_STREAM='0',
-               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / 'test'), env.get('PYTHONPATH', '')]).rstrip(os.pathsep))
-    env.pop('ROS_LOCALHOST_ONLY', None)
+    env.update(
+        ROS_DOMAIN_ID=str(domain_id),
+        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        PYTHONUNBUFFERED="1",
+        RCUTILS_LOGGING_BUFFERED_STREAM="0",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "test"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
+    env.pop("ROS_LOCALHOST_ONLY", None)
     return env
 
 
@@ -67,23 +85,28 @@ def _default_sigint() -> None:
 
 
 @contextlib.contextmanager
-def node_process(domain_id: int, log_path: Path, params_file: Path | None = None,
-                 params: dict[str, Any] | None = None,
-                 module: str = 'oxygen_ros.ros.node', extra: list[str] | None = None
-                 ) -> Iterator[subprocess.Popen]:
+def node_process(
+    domain_id: int,
+    log_path: Path,
+    params_file: Path | None = None,
+    params: dict[str, Any] | None = None,
+    module: str = "oxygen_ros.ros.node",
+    extra: list[str] | None = None,
+) -> Iterator[subprocess.Popen]:
     """Run ``python -m <module> --ros-args --params-file F -p k:=v ...``; SIGINT it on exit.
 
     The process's stdout+stderr go to ``log_path``; after the block, ``proc.returncode`` is set (a
     process that ignores SIGINT for 20 s is killed and gets a negative code).
     """
-    cmd = [sys.executable, '-m', module] + list(extra or []) + ['--ros-args']
+    cmd = [sys.executable, "-m", module] + list(extra or []) + ["--ros-args"]
     if params_file is not None:
-        cmd += ['--params-file', str(params_file)]
+        cmd += ["--params-file", str(params_file)]
     for key, value in (params or {}).items():
-        cmd += ['-p', f'{key}:={_param_text(value)}']
-    with open(log_path, 'wb') as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=ros_env(domain_id), stdout=log,
-                                stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
+        cmd += ["-p", f"{key}:={_param_text(value)}"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=ros_env(domain_id), stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint
+        )
         try:
             yield proc
         finally:
@@ -104,19 +127,18 @@ def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
 
 def _param_text(value: Any) -> str:
     if isinstance(value, bool):
-        return 'true' if value else 'false'
+        return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return '[' + ','.join(_param_text(v) for v in value) + ']'
+        return "[" + ",".join(_param_text(v) for v in value) + "]"
     return str(value)
 
 
 class RosPeer:
     """An rclpy node with its own Context in this process, spun by a background thread."""
 
-    def __init__(self, domain_id: int, name: str = 'peer') -> None:
+    def __init__(self, domain_id: int, name: str = "peer") -> None:
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain_id,
-                   signal_handler_options=SignalHandlerOptions.NO)
+        rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(name, context=self.context)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
@@ -164,14 +186,14 @@ class RosPeer:
             value = pred()
         return value
 
-    def diagnostics(self, suffix: str = ': inference') -> list[dict[str, str]]:
+    def diagnostics(self, suffix: str = ": inference") -> list[dict[str, str]]:
         """Key/values of every received ``/diagnostics`` status whose name ends with ``suffix``
         (collect ``/diagnostics`` first), plus ``_message``."""
         out = []
-        for msg in self.messages('/diagnostics'):
+        for msg in self.messages("/diagnostics"):
             for st in msg.status:
                 if st.name.endswith(suffix):
-                    out.append({kv.key: kv.value for kv in st.values} | {'_message': st.message})
+                    out.append({kv.key: kv.value for kv in st.values} | {"_message": st.message})
         return out
 
     def wait_outputs_matched(self, topics: list[str], timeout: float = 60.0) -> dict[str, str]:
@@ -186,12 +208,12 @@ class RosPeer:
 
         def matched():
             for d in reversed(self.diagnostics()):
-                if d.get('state') == 'active' and all(int(d.get(k, 0)) >= 1 for k in keys):
+                if d.get("state") == "active" and all(int(d.get(k, 0)) >= 1 for k in keys):
                     return d
             return None
 
         got = self.wait_for(matched, timeout)
-        assert got, f'outputs {topics} not matched in {timeout} s; last diagnostics: {self.diagnostics()[-1:]}'
+        assert got, f"outputs {topics} not matched in {timeout} s; last diagnostics: {self.diagnostics()[-1:]}"
         return got
 
     def publish_matched(self, pub: Any, msg: Any, timeout: float = 30.0) -> None:
@@ -201,8 +223,9 @@ class RosPeer:
         Raises:
             AssertionError: no subscription matched within ``timeout`` seconds.
         """
-        assert self.wait_for(lambda: pub.get_subscription_count() > 0, timeout), \
-            f'no subscription of {pub.topic_name} matched in {timeout} s'
+        assert self.wait_for(lambda: pub.get_subscription_count() > 0, timeout), (
+            f"no subscription of {pub.topic_name} matched in {timeout} s"
+        )
         pub.publish(msg)
 
     def close(self) -> None:
@@ -224,20 +247,29 @@ class SensorFeed:
     drop), ``image_hook`` (slot, msg -> msg|None).
     """
 
-    def __init__(self, peer: RosPeer, topics: dict[str, str], joints: tuple[str, ...],
-                 rate_hz: float = 30.0, compressed: bool = False,
-                 joint_topic: str = 'joint_states', picture: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        peer: RosPeer,
+        topics: dict[str, str],
+        joints: tuple[str, ...],
+        rate_hz: float = 30.0,
+        compressed: bool = False,
+        joint_topic: str = "joint_states",
+        picture: np.ndarray | None = None,
+    ) -> None:
         self.peer, self.rate_hz, self.joints, self.compressed = peer, rate_hz, joints, compressed
         qos = sensor_data_qos(5)
-        kind = 'CompressedImage' if compressed else 'Image'
+        kind = "CompressedImage" if compressed else "Image"
         from sensor_msgs.msg import CompressedImage, Image
+
         msg_type = CompressedImage if compressed else Image
         self.cam_pubs = {s: peer.node.create_publisher(msg_type, t, qos) for s, t in topics.items()}
         self.joint_pub = peer.node.create_publisher(JointState, joint_topic, qos)
         self.kind = kind
         self.picture = sample_picture() if picture is None else picture
-        self._encoded = (rgb_to_compressed_msg(self.picture, 'jpeg') if compressed
-                         else rgb_to_image_msg(self.picture, 'rgb8'))
+        self._encoded = (
+            rgb_to_compressed_msg(self.picture, "jpeg") if compressed else rgb_to_image_msg(self.picture, "rgb8")
+        )
         self.cameras_on = {s: True for s in topics}
         self.stamp_offset = 0.0
         self.state_hook: Callable[[JointState], JointState | None] | None = None
@@ -277,15 +309,16 @@ class SensorFeed:
             if self.compressed:
                 msg.format, msg.data = self._encoded.format, self._encoded.data
             else:
-                msg.height, msg.width, msg.encoding = self._encoded.height, self._encoded.width, 'rgb8'
+                msg.height, msg.width, msg.encoding = self._encoded.height, self._encoded.width, "rgb8"
                 msg.step, msg.data = self._encoded.step, self._encoded.data
             if self.image_hook is not None:
                 msg = self.image_hook(slot, msg)
             if msg is not None:
                 pub.publish(msg)
         k = self.ticks
-        js = JointState(name=list(self.joints),
-                        position=[0.1 * math.sin(0.05 * k + i) for i in range(len(self.joints))])
+        js = JointState(
+            name=list(self.joints), position=[0.1 * math.sin(0.05 * k + i) for i in range(len(self.joints))]
+        )
         js.header.stamp = ros_stamp
         if self.state_hook is not None:
             js = self.state_hook(js)
@@ -300,18 +333,22 @@ def _publisher_main(argv: list[str]) -> int:
     """Separate publisher process: cameras + joint states at a rate and the instruction. Asks are
     sent by the test itself, once the node's outputs have matched (``RosPeer.publish_matched``)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument('--domain', type=int, required=True)
-    ap.add_argument('--rate', type=float, default=30.0)
-    ap.add_argument('--duration', type=float, default=60.0)
-    ap.add_argument('--compressed', action='store_true')
-    ap.add_argument('--instruction', default='pick up the red cube')
-    ap.add_argument('--stamps-out', default='')
+    ap.add_argument("--domain", type=int, required=True)
+    ap.add_argument("--rate", type=float, default=30.0)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--compressed", action="store_true")
+    ap.add_argument("--instruction", default="pick up the red cube")
+    ap.add_argument("--stamps-out", default="")
     a = ap.parse_args(argv)
-    peer = RosPeer(a.domain, 'sensor_publisher')
-    feed = SensorFeed(peer, ALOHA_COMPRESSED if a.compressed else
-                      {s: t.replace('/compressed', '') for s, t in ALOHA_COMPRESSED.items()},
-                      ALOHA_JOINTS, a.rate, compressed=a.compressed).start()
-    instr = peer.node.create_publisher(String, 'instruction', reliable_qos())
+    peer = RosPeer(a.domain, "sensor_publisher")
+    feed = SensorFeed(
+        peer,
+        ALOHA_COMPRESSED if a.compressed else {s: t.replace("/compressed", "") for s, t in ALOHA_COMPRESSED.items()},
+        ALOHA_JOINTS,
+        a.rate,
+        compressed=a.compressed,
+    ).start()
+    instr = peer.node.create_publisher(String, "instruction", reliable_qos())
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -321,12 +358,12 @@ def _publisher_main(argv: list[str]) -> int:
         stop.wait(0.5)
     feed.stop()
     if a.stamps_out:
-        Path(a.stamps_out).write_text('\n'.join(repr(s) for s in feed.sent_stamps))
+        Path(a.stamps_out).write_text("\n".join(repr(s) for s in feed.sent_stamps))
     peer.close()
     return 0
 
 
-if __name__ == '__main__':
-    if sys.argv[1:2] == ['publish']:
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["publish"]:
         sys.exit(_publisher_main(sys.argv[2:]))
-    sys.exit(f'usage: {sys.argv[0]} publish --domain N [...]')
+    sys.exit(f"usage: {sys.argv[0]} publish --domain N [...]")

@@ -86,8 +86,9 @@ def layer(name: str) -> str:
 
 def direction_violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import that points against the layer order, as ``a -> b`` lines."""
-    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
-                  if layer(b) not in ALLOWED.get(layer(a), set()))
+    return sorted(
+        f"{a} -> {b}" for a, deps in graph.items() for b in deps if layer(b) not in ALLOWED.get(layer(a), set())
+    )
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -143,12 +144,14 @@ def test_the_checks_catch_a_core_module_importing_ros_and_a_circle():
     graph = import_graph()
     graph["oxygen_ros.core.policy"] = graph["oxygen_ros.core.policy"] | {"oxygen_ros.ros.node"}
     graph["oxygen_ros.bench.bench"] = graph["oxygen_ros.bench.bench"] | {"oxygen_ros.replay.replay"}
-    assert direction_violations(graph) == ["oxygen_ros.bench.bench -> oxygen_ros.replay.replay",
-                                           "oxygen_ros.core.policy -> oxygen_ros.ros.node"]
+    assert direction_violations(graph) == [
+        "oxygen_ros.bench.bench -> oxygen_ros.replay.replay",
+        "oxygen_ros.core.policy -> oxygen_ros.ros.node",
+    ]
     graph["oxygen_ros.core.types"] = graph["oxygen_ros.core.types"] | {"oxygen_ros.core.policy"}
-    assert ["oxygen_ros.core.policy", "oxygen_ros.core.types"] in [
-        c for c in circles(graph) if len(c) == 2] or any(
-        {"oxygen_ros.core.policy", "oxygen_ros.core.types"} <= set(c) for c in circles(graph))
+    assert ["oxygen_ros.core.policy", "oxygen_ros.core.types"] in [c for c in circles(graph) if len(c) == 2] or any(
+        {"oxygen_ros.core.policy", "oxygen_ros.core.types"} <= set(c) for c in circles(graph)
+    )
 
 
 def test_relative_and_local_imports_are_seen(tmp_path):
@@ -177,6 +180,8 @@ def test_every_folder_says_what_lives_there_and_what_it_may_import():
 OUTSIDE_DOC_NEEDLES = ("DESIGN" + " §", "DESIGN" + ".md")
 EXPLAINED_PLACES = ("oxygen_ros", "test", "docs", "config", "launch", "README.md", "Makefile")
 GENERATED_PARTS = {"__pycache__", "_build"}
+
+
 def outside_doc_references(root: Path) -> dict[str, list[int]]:
     """Every file under the explained places of ``root`` that points to a design document outside
     the repository: its path relative to ``root`` -> the line numbers that do."""
@@ -188,8 +193,7 @@ def outside_doc_references(root: Path) -> dict[str, list[int]]:
             if GENERATED_PARTS & set(path.relative_to(root).parts):
                 continue
             text = path.read_bytes().decode("utf-8", errors="replace")
-            lines = [i for i, line in enumerate(text.splitlines(), 1)
-                     if any(n in line for n in OUTSIDE_DOC_NEEDLES)]
+            lines = [i for i, line in enumerate(text.splitlines(), 1) if any(n in line for n in OUTSIDE_DOC_NEEDLES)]
             if lines:
                 found[path.relative_to(root).as_posix()] = lines
     return found

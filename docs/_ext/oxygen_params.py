@@ -19,7 +19,7 @@ from __future__ import annotations
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-GROUPS = ('node', 'cameras', 'engine', 'rtc', 'action_space', 'shadow', 'tasks')
+GROUPS = ("node", "cameras", "engine", "rtc", "action_space", "shadow", "tasks")
 
 
 def _rows(group: str) -> list[tuple[str, str, str, str, str]]:
@@ -27,29 +27,34 @@ def _rows(group: str) -> list[tuple[str, str, str, str, str]]:
     from oxygen_ros.ros.params.node_config import ACTION_SPACE_LISTS, node_specs
     from oxygen_ros.ros.params.specs import task_specs
 
-    if group == 'tasks':
-        specs = [(s, s.name.replace('tasks._name_.', 'tasks.<name>.', 1)) for s in task_specs('_name_')]
-    elif group == 'node':
-        specs = [(s, s.name) for s in node_specs() if '.' not in s.name]
+    if group == "tasks":
+        specs = [(s, s.name.replace("tasks._name_.", "tasks.<name>.", 1)) for s in task_specs("_name_")]
+    elif group == "node":
+        specs = [(s, s.name) for s in node_specs() if "." not in s.name]
     else:
-        specs = [(s, s.name) for s in node_specs() if s.name.startswith(group + '.')]
+        specs = [(s, s.name) for s in node_specs() if s.name.startswith(group + ".")]
     rows = []
     for spec, name in specs:
         text = spec.description
         if spec.choices:
-            text += ' One of: ' + ', '.join(repr(c) for c in spec.choices) + '.'
+            text += " One of: " + ", ".join(repr(c) for c in spec.choices) + "."
         if spec.lo is not None or spec.hi is not None:
-            lo = '' if spec.lo is None else f'{spec.lo:g} ≤ '
-            hi = '' if spec.hi is None else f' ≤ {spec.hi:g}'
-            text += f' Range: {lo}value{hi}.'
-        default = 'required' if spec.default is None else repr(spec.default)
-        if group == 'tasks':
-            default = default.replace('_name_', '<name>')
-        live = 'start-up' if spec.read_only else 'yes' if is_live(spec.name.replace('_name_', 'conversation')) \
-            else 'configure'
+            lo = "" if spec.lo is None else f"{spec.lo:g} ≤ "
+            hi = "" if spec.hi is None else f" ≤ {spec.hi:g}"
+            text += f" Range: {lo}value{hi}."
+        default = "required" if spec.default is None else repr(spec.default)
+        if group == "tasks":
+            default = default.replace("_name_", "<name>")
+        live = (
+            "start-up"
+            if spec.read_only
+            else "yes"
+            if is_live(spec.name.replace("_name_", "conversation"))
+            else "configure"
+        )
         rows.append((name, spec.ptype.name.lower(), default, live, text))
-    if group == 'action_space':
-        rows += [(f'action_space.{k}', 'string_array', 'unset', 'configure', v) for k, v in ACTION_SPACE_LISTS.items()]
+    if group == "action_space":
+        rows += [(f"action_space.{k}", "string_array", "unset", "configure", v) for k, v in ACTION_SPACE_LISTS.items()]
     return rows
 
 
@@ -62,15 +67,15 @@ class OxygenParams(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         group = self.arguments[0]
         if group not in GROUPS:
-            raise self.error(f'oxygen-params: unknown group {group!r}; one of {", ".join(GROUPS)}')
-        table = nodes.table(classes=['oxygen-params'])
+            raise self.error(f"oxygen-params: unknown group {group!r}; one of {', '.join(GROUPS)}")
+        table = nodes.table(classes=["oxygen-params"])
         tgroup = nodes.tgroup(cols=5)
         table += tgroup
         for width in (22, 9, 13, 8, 48):
             tgroup += nodes.colspec(colwidth=width)
         head = nodes.thead()
         tgroup += head
-        head += self._row(('parameter', 'type', 'default', 'live', 'description'), literal=False)
+        head += self._row(("parameter", "type", "default", "live", "description"), literal=False)
         body = nodes.tbody()
         tgroup += body
         for row in _rows(group):
@@ -90,5 +95,5 @@ class OxygenParams(SphinxDirective):
 
 
 def setup(app):
-    app.add_directive('oxygen-params', OxygenParams)
-    return {'version': '1', 'parallel_read_safe': True, 'parallel_write_safe': True}
+    app.add_directive("oxygen-params", OxygenParams)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

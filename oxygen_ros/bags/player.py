@@ -35,7 +35,7 @@ from typing import Any
 
 from oxygen_ros.bags.reader import BagError, BagInput, msg_class
 
-__all__ = ['BagPlayer', 'PlayStats', 'build_parser', 'main', 'qos_from_recorded']
+__all__ = ["BagPlayer", "PlayStats", "build_parser", "main", "qos_from_recorded"]
 
 _LATE_S = 0.05
 
@@ -43,15 +43,17 @@ _LATE_S = 0.05
 def qos_from_recorded(profiles: Sequence[Any]) -> Any:
     """rclpy QoS for republishing a topic recorded with the offered ``profiles`` (rosbags Qos)."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-
     from rosbags.interfaces import QosDurability, QosReliability
 
     best_effort = any(p.reliability == QosReliability.BEST_EFFORT for p in profiles)
     transient = bool(profiles) and all(p.durability == QosDurability.TRANSIENT_LOCAL for p in profiles)
     depth = max([int(p.depth) for p in profiles if int(p.depth) > 0] + [10])
-    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
-                      reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE,
+    )
 
 
 @dataclass
@@ -80,15 +82,21 @@ class BagPlayer:
         clock_hz: publish ``/clock`` at this rate (0: no clock).
     """
 
-    def __init__(self, bag: BagInput, node: Any, topics: Sequence[str] | None = None,
-                 remap: dict[str, str] | None = None, clock_hz: float = 0.0) -> None:
+    def __init__(
+        self,
+        bag: BagInput,
+        node: Any,
+        topics: Sequence[str] | None = None,
+        remap: dict[str, str] | None = None,
+        clock_hz: float = 0.0,
+    ) -> None:
         self.bag, self.node, self.remap = bag, node, dict(remap or {})
         self.stats = PlayStats()
         unknown = sorted(set(topics or ()) - set(bag.topics))
         if unknown:
-            raise BagError(f'topics {unknown} are not in {bag.path} (it has {sorted(bag.topics)})')
+            raise BagError(f"topics {unknown} are not in {bag.path} (it has {sorted(bag.topics)})")
         self.pubs: dict[str, Any] = {}
-        for topic in (topics or sorted(bag.topics)):
+        for topic in topics or sorted(bag.topics):
             info = bag.topics[topic]
             try:
                 cls = msg_class(info.msgtype)
@@ -97,16 +105,22 @@ class BagPlayer:
                     raise
                 self.stats.skipped[topic] = str(exc)
                 continue
-            self.pubs[topic] = node.create_publisher(cls, self.remap.get(topic, topic),
-                                                     qos_from_recorded(info.qos))
+            self.pubs[topic] = node.create_publisher(cls, self.remap.get(topic, topic), qos_from_recorded(info.qos))
         if not self.pubs:
-            raise BagError(f'nothing to play in {bag.path}: ' + (
-                '; '.join(f'{t}: {w}' for t, w in self.stats.skipped.items()) or 'no topics'))
+            raise BagError(
+                f"nothing to play in {bag.path}: "
+                + ("; ".join(f"{t}: {w}" for t, w in self.stats.skipped.items()) or "no topics")
+            )
         if not bag.count(self.pubs):
-            full = ', '.join(f'{t} ({i.count})' for t, i in sorted(bag.topics.items()) if i.count)
-            raise BagError(f'nothing to play: {bag.path} has no message ' + (
-                f'on {sorted(self.pubs)}; messages are on {full}' if full else
-                f'at all (its topics {", ".join(sorted(bag.topics))} are empty)'))
+            full = ", ".join(f"{t} ({i.count})" for t, i in sorted(bag.topics.items()) if i.count)
+            raise BagError(
+                f"nothing to play: {bag.path} has no message "
+                + (
+                    f"on {sorted(self.pubs)}; messages are on {full}"
+                    if full
+                    else f"at all (its topics {', '.join(sorted(bag.topics))} are empty)"
+                )
+            )
         self.clock_hz = clock_hz
         self._clock_pub = None
         if clock_hz > 0:
@@ -114,7 +128,7 @@ class BagPlayer:
             from rosgraph_msgs.msg import Clock
 
             self._clock_cls = Clock
-            self._clock_pub = node.create_publisher(Clock, '/clock', QoSProfile(depth=10))
+            self._clock_pub = node.create_publisher(Clock, "/clock", QoSProfile(depth=10))
 
     def wait_for_subscribers(self, timeout: float, settle: float = 0.5, clock: bool = False) -> list[str]:
         """Wait up to ``timeout`` s until every publisher (with ``clock``, the ``/clock`` one too)
@@ -124,7 +138,7 @@ class BagPlayer:
         turn; messages sent in between are lost even when both are reliable (``ros2 bag play``
         has the same race, hence its ``--delay``), so playback starts ``settle`` s later.
         """
-        pubs = dict(self.pubs) | ({'/clock': self._clock_pub} if clock and self._clock_pub is not None else {})
+        pubs = dict(self.pubs) | ({"/clock": self._clock_pub} if clock and self._clock_pub is not None else {})
         end = time.monotonic() + timeout
         while True:
             missing = [t for t, p in pubs.items() if p.get_subscription_count() == 0]
@@ -141,8 +155,14 @@ class BagPlayer:
         self._clock_pub.publish(self._clock_cls(clock=Time(sec=bag_ns // 10**9, nanosec=bag_ns % 10**9)))
         self.stats.clock += 1
 
-    def play(self, rate: float = 1.0, start_offset: float = 0.0, duration: float | None = None,
-             stop: threading.Event | None = None, progress: bool = False) -> PlayStats:
+    def play(
+        self,
+        rate: float = 1.0,
+        start_offset: float = 0.0,
+        duration: float | None = None,
+        stop: threading.Event | None = None,
+        progress: bool = False,
+    ) -> PlayStats:
         """Publish the messages at their recorded times x ``1/rate`` (blocking).
 
         Args:
@@ -153,7 +173,7 @@ class BagPlayer:
         from tqdm import tqdm
 
         if not rate > 0:
-            raise ValueError(f'rate must be > 0, got {rate}')
+            raise ValueError(f"rate must be > 0, got {rate}")
         stop = stop or threading.Event()
         begin = self.bag.start_ns + round(start_offset * 1e9)
         end = None if duration is None else begin + round(duration * 1e9)
@@ -177,7 +197,7 @@ class BagPlayer:
                 wake = due if clock_period is None else min(due, next_clock)
                 stop.wait(min(wake - now, 0.1))
 
-        bar = tqdm(total=self.bag.count(self.pubs), unit='msg', desc='playing', disable=not progress)
+        bar = tqdm(total=self.bag.count(self.pubs), unit="msg", desc="playing", disable=not progress)
         for topic, log_ns, raw in self.bag.messages(self.pubs):
             if log_ns < begin:
                 bar.update(1)
@@ -207,28 +227,47 @@ class BagPlayer:
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of ``bag_player``."""
-    p = argparse.ArgumentParser(prog='bag_player', description=__doc__.split('\n\n')[0],
-                                epilog=' '.join(__doc__.split('\n\n')[-1].replace('``', '').split()),
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('bag', type=Path, help='rosbag2 folder or .mcap file')
-    p.add_argument('-r', '--rate', type=float, default=1.0)
-    p.add_argument('--clock', type=float, nargs='?', const=40.0, default=0.0, metavar='HZ',
-                   help='publish /clock at HZ (default 40 when given without a value)')
-    p.add_argument('--topics', nargs='+', default=None, help='play only these topics')
-    p.add_argument('--remap', nargs='+', default=[], metavar='FROM:=TO')
-    p.add_argument('--start-offset', type=float, default=0.0, help='skip this many bag seconds')
-    p.add_argument('--duration', type=float, default=None, help='play this many bag seconds')
-    p.add_argument('--delay', type=float, default=0.0, help='wall seconds to wait before playing')
-    p.add_argument('--wait-for-subscribers', type=float, default=0.0, metavar='SECONDS',
-                   help='wait up to SECONDS until every played topic has a subscriber')
-    p.add_argument('--record', type=Path, default=None, metavar='OUT',
-                   help='also record --record-topics into this mcap bag folder (new, or --overwrite); '
-                   'exit status 4 when the recording is empty (see below)')
-    p.add_argument('--record-topics', nargs='+', default=[], metavar='TOPIC')
-    p.add_argument('--record-linger', type=float, default=2.0,
-                   help='seconds to keep recording after the bag ended')
-    p.add_argument('--overwrite', action='store_true', help='replace an existing --record bag')
-    p.add_argument('--progress', action='store_true', help='show a progress bar')
+    p = argparse.ArgumentParser(
+        prog="bag_player",
+        description=__doc__.split("\n\n")[0],
+        epilog=" ".join(__doc__.split("\n\n")[-1].replace("``", "").split()),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("bag", type=Path, help="rosbag2 folder or .mcap file")
+    p.add_argument("-r", "--rate", type=float, default=1.0)
+    p.add_argument(
+        "--clock",
+        type=float,
+        nargs="?",
+        const=40.0,
+        default=0.0,
+        metavar="HZ",
+        help="publish /clock at HZ (default 40 when given without a value)",
+    )
+    p.add_argument("--topics", nargs="+", default=None, help="play only these topics")
+    p.add_argument("--remap", nargs="+", default=[], metavar="FROM:=TO")
+    p.add_argument("--start-offset", type=float, default=0.0, help="skip this many bag seconds")
+    p.add_argument("--duration", type=float, default=None, help="play this many bag seconds")
+    p.add_argument("--delay", type=float, default=0.0, help="wall seconds to wait before playing")
+    p.add_argument(
+        "--wait-for-subscribers",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS until every played topic has a subscriber",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="also record --record-topics into this mcap bag folder (new, or --overwrite); "
+        "exit status 4 when the recording is empty (see below)",
+    )
+    p.add_argument("--record-topics", nargs="+", default=[], metavar="TOPIC")
+    p.add_argument("--record-linger", type=float, default=2.0, help="seconds to keep recording after the bag ended")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --record bag")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
     return p
 
 
@@ -242,17 +281,20 @@ def main(argv: list[str] | None = None) -> int:
 
     remap = {}
     for item in args.remap:
-        if ':=' not in item:
-            print(f'bag_player: error: --remap {item!r} must be FROM:=TO', file=sys.stderr)
+        if ":=" not in item:
+            print(f"bag_player: error: --remap {item!r} must be FROM:=TO", file=sys.stderr)
             return 2
-        src, dst = item.split(':=', 1)
+        src, dst = item.split(":=", 1)
         remap[src] = dst
     if args.record is not None and not args.record_topics:
-        print('bag_player: error: --record needs --record-topics', file=sys.stderr)
+        print("bag_player: error: --record needs --record-topics", file=sys.stderr)
         return 2
     if args.record is not None and (args.record.exists() or args.record.is_symlink()) and not args.overwrite:
-        print(f'bag_player: error: --record {args.record} already exists; pass --overwrite to replace it '
-              'or choose another folder', file=sys.stderr)
+        print(
+            f"bag_player: error: --record {args.record} already exists; pass --overwrite to replace it "
+            "or choose another folder",
+            file=sys.stderr,
+        )
         return 2
     ctx = Context()
     rclpy.init(args=[], context=ctx, signal_handler_options=SignalHandlerOptions.NO)
@@ -261,10 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     empty: list[str] = []
     try:
         with BagInput(args.bag) as bag:
-            node = rclpy.create_node('oxygen_bag_player', context=ctx)
+            node = rclpy.create_node("oxygen_bag_player", context=ctx)
             player = BagPlayer(bag, node, args.topics, remap, args.clock)
             for topic, why in player.stats.skipped.items():
-                print(f'bag_player: skipping {topic}: {why}', file=sys.stderr)
+                print(f"bag_player: skipping {topic}: {why}", file=sys.stderr)
             if args.record is not None:
                 from oxygen_ros.bags.recorder import Recorder
 
@@ -276,24 +318,27 @@ def main(argv: list[str] | None = None) -> int:
                 missing = recorder.subscribe(max(args.wait_for_subscribers, 1.0))
                 absent = [t for t in missing if t not in recorder.subscribed]
                 if absent:
-                    print(f'bag_player: not (yet) in the graph, not recorded: {absent}', file=sys.stderr)
+                    print(f"bag_player: not (yet) in the graph, not recorded: {absent}", file=sys.stderr)
                 if len(absent) < len(missing):
-                    print(f'bag_player: no publisher matched yet, may miss the first messages: '
-                          f'{[t for t in missing if t not in absent]}', file=sys.stderr)
+                    print(
+                        f"bag_player: no publisher matched yet, may miss the first messages: "
+                        f"{[t for t in missing if t not in absent]}",
+                        file=sys.stderr,
+                    )
             if args.wait_for_subscribers > 0:
                 missing = player.wait_for_subscribers(args.wait_for_subscribers)
                 if missing:
-                    print(f'bag_player: no subscriber on {missing}; playing anyway', file=sys.stderr)
+                    print(f"bag_player: no subscriber on {missing}; playing anyway", file=sys.stderr)
             stop.wait(args.delay)
             stats = player.play(args.rate, args.start_offset, args.duration, progress=args.progress)
             if recorder is not None:
                 time.sleep(args.record_linger)
                 empty = recorder.empty()
     except (BagError, ValueError) as exc:
-        print(f'bag_player: error: {exc}', file=sys.stderr)
+        print(f"bag_player: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print('bag_player: interrupted', file=sys.stderr)
+        print("bag_player: interrupted", file=sys.stderr)
         return 130
     finally:
         stop.set()
@@ -301,35 +346,46 @@ def main(argv: list[str] | None = None) -> int:
             spin.join(5)
         if recorder is not None:
             path = recorder.close()
-            print(f'recorded {dict(recorder.writer.counts)} into {path}')
+            print(f"recorded {dict(recorder.writer.counts)} into {path}")
         if node is not None:  # Jazzy's Context.shutdown leaves the node in the graph (ros/distro.py)
             node.destroy_node()
         ctx.try_shutdown()
-    print(f'played {sum(stats.published.values())} messages in {stats.wall_s:.1f} s '
-          f'({stats.late} more than {_LATE_S * 1e3:.0f} ms late, worst {stats.max_late_s * 1e3:.1f} ms); '
-          f'/clock {stats.clock}')
+    print(
+        f"played {sum(stats.published.values())} messages in {stats.wall_s:.1f} s "
+        f"({stats.late} more than {_LATE_S * 1e3:.0f} ms late, worst {stats.max_late_s * 1e3:.1f} ms); "
+        f"/clock {stats.clock}"
+    )
     for topic, n in sorted(stats.published.items()):
-        print(f'  {topic}: {n}')
-    problems = ([stats.read_error] if stats.read_error else []) + \
-        [f'{n} unreadable messages on {t}' for t, n in stats.lost.items()]
+        print(f"  {topic}: {n}")
+    problems = ([stats.read_error] if stats.read_error else []) + [
+        f"{n} unreadable messages on {t}" for t, n in stats.lost.items()
+    ]
     for p in problems:
-        print(f'bag_player: INCOMPLETE: {p}', file=sys.stderr)
+        print(f"bag_player: INCOMPLETE: {p}", file=sys.stderr)
     if not problems and not sum(stats.published.values()):
-        print(f'bag_player: error: nothing played: no message of {args.topics or "the bag"} between '
-              f'--start-offset {args.start_offset:g} s and ' + ('the end' if args.duration is None else
-                                                                 f'--duration {args.duration:g} s') +
-              f' (the bag spans {bag.duration_s:.3f} s)', file=sys.stderr)
+        print(
+            f"bag_player: error: nothing played: no message of {args.topics or 'the bag'} between "
+            f"--start-offset {args.start_offset:g} s and "
+            + ("the end" if args.duration is None else f"--duration {args.duration:g} s")
+            + f" (the bag spans {bag.duration_s:.3f} s)",
+            file=sys.stderr,
+        )
         return 2
     if empty:
         recorded = sum(recorder.writer.counts.values()) if recorder is not None else 0
-        what = ('EMPTY RECORDING' if not recorded else
-                f'INCOMPLETE RECORDING ({recorded} messages recorded, but not on every topic)')
-        print(f'bag_player: {what} in {args.record}: nothing was published on '
-              f'{"the recorded topics" if not recorded else "these"} '
-              "(is the node configured and active? its log says 'active, ready'; is each topic one it publishes?):",
-              file=sys.stderr)
+        what = (
+            "EMPTY RECORDING"
+            if not recorded
+            else f"INCOMPLETE RECORDING ({recorded} messages recorded, but not on every topic)"
+        )
+        print(
+            f"bag_player: {what} in {args.record}: nothing was published on "
+            f"{'the recorded topics' if not recorded else 'these'} "
+            "(is the node configured and active? its log says 'active, ready'; is each topic one it publishes?):",
+            file=sys.stderr,
+        )
         for line in empty:
-            print(f'  {line}', file=sys.stderr)
+            print(f"  {line}", file=sys.stderr)
         return 4
     return 3 if problems else 0
 
@@ -342,5 +398,5 @@ def _spin(executor: Any, ctx: Any, stop: threading.Event) -> None:
             return
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

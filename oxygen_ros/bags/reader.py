@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ['BagError', 'BagInput', 'TopicInfo', 'msg_class', 'typestore']
+__all__ = ["BagError", "BagInput", "TopicInfo", "msg_class", "typestore"]
+
 
 class BagError(RuntimeError):
     """A bag cannot be used: missing, unreadable, truncated, corrupt, or the wrong kind."""
@@ -66,9 +67,9 @@ class BagInput:
 
         self.path = Path(path)
         if not self.path.exists():
-            raise BagError(f'bag {self.path} does not exist')
+            raise BagError(f"bag {self.path} does not exist")
         if self.path.is_dir() and not any(self.path.iterdir()):
-            raise BagError(f'bag folder {self.path} is empty')
+            raise BagError(f"bag folder {self.path} is empty")
         try:
             self._reader = AnyReader([self.path], default_typestore=typestore())
             self._reader.open()
@@ -76,30 +77,30 @@ class BagInput:
             raise BagError(_explain_open_error(self.path, exc)) from exc
         if not self._reader.is2:
             self._reader.close()
-            raise BagError(f'{self.path} is a ROS 1 bag; convert it first with `rosbags-convert '
-                           f'--src {self.path} --dst <folder>`')
+            raise BagError(
+                f"{self.path} is a ROS 1 bag; convert it first with `rosbags-convert --src {self.path} --dst <folder>`"
+            )
         self.topics: dict[str, TopicInfo] = {}
         for conn in self._reader.connections:
-            fmt = getattr(conn.ext, 'serialization_format', 'cdr')
-            if fmt != 'cdr':
+            fmt = getattr(conn.ext, "serialization_format", "cdr")
+            if fmt != "cdr":
                 self._reader.close()
-                raise BagError(f'{self.path}: topic {conn.topic} uses serialization {fmt!r}; only '
-                               'cdr is supported')
+                raise BagError(f"{self.path}: topic {conn.topic} uses serialization {fmt!r}; only cdr is supported")
             old = self.topics.get(conn.topic)
             if old is not None and old.msgtype != conn.msgtype:
                 self._reader.close()
-                raise BagError(f'{self.path}: topic {conn.topic} is recorded with two types '
-                               f'({old.msgtype}, {conn.msgtype})')
-            qos = tuple(getattr(conn.ext, 'offered_qos_profiles', ()) or ())
+                raise BagError(
+                    f"{self.path}: topic {conn.topic} is recorded with two types ({old.msgtype}, {conn.msgtype})"
+                )
+            qos = tuple(getattr(conn.ext, "offered_qos_profiles", ()) or ())
             count = conn.msgcount + (old.count if old else 0)
-            self.topics[conn.topic] = TopicInfo(conn.topic, conn.msgtype, count,
-                                                (old.qos if old else ()) + qos)
+            self.topics[conn.topic] = TopicInfo(conn.topic, conn.msgtype, count, (old.qos if old else ()) + qos)
         self.start_ns = int(self._reader.start_time) if self._reader.message_count else 0
         self.end_ns = int(self._reader.end_time) if self._reader.message_count else 0
         self._state = _ReadState()
 
     # ------------------------------------------------------------------ context manager
-    def __enter__(self) -> 'BagInput':
+    def __enter__(self) -> BagInput:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -141,8 +142,7 @@ class BagInput:
                 yield conn.topic, int(stamp), bytes(raw)
         except Exception as exc:  # noqa: BLE001 - any storage/decompression failure
             n = sum(state.counts.values())
-            state.error = (f'reading {self.path} failed after {n} messages: '
-                           f'{type(exc).__name__}: {exc}')
+            state.error = f"reading {self.path} failed after {n} messages: {type(exc).__name__}: {exc}"
         state.finished = True
 
     @property
@@ -172,18 +172,20 @@ class BagInput:
 
 
 def _explain_open_error(path: Path, exc: Exception) -> str:
-    text = f'{type(exc).__name__}: {exc}'
+    text = f"{type(exc).__name__}: {exc}"
     low = str(exc).lower()
-    if 'end magic' in low or 'footer' in low or 'summary' in low:
-        hint = ('the file is truncated (recording interrupted?); recover the readable part with '
-                '`mcap recover`, then `ros2 bag reindex`')
-    elif 'magic' in low or 'malformed' in low or 'not a database' in low:
-        hint = 'the file is corrupt or not a rosbag2 storage file'
-    elif 'metadata' in low or 'yaml' in low:
-        hint = 'metadata.yaml is missing or invalid; `ros2 bag reindex` can rebuild it'
+    if "end magic" in low or "footer" in low or "summary" in low:
+        hint = (
+            "the file is truncated (recording interrupted?); recover the readable part with "
+            "`mcap recover`, then `ros2 bag reindex`"
+        )
+    elif "magic" in low or "malformed" in low or "not a database" in low:
+        hint = "the file is corrupt or not a rosbag2 storage file"
+    elif "metadata" in low or "yaml" in low:
+        hint = "metadata.yaml is missing or invalid; `ros2 bag reindex` can rebuild it"
     else:
-        hint = 'the bag cannot be read'
-    return f'cannot open bag {path}: {hint} ({text})'
+        hint = "the bag cannot be read"
+    return f"cannot open bag {path}: {hint} ({text})"
 
 
 # ---------------------------------------------------------------------- message classes
@@ -193,11 +195,10 @@ def msg_class(msgtype: str) -> type:
     Raises:
         BagError: malformed name, or the message package is not installed.
     """
-    parts = msgtype.split('/')
-    if len(parts) != 3 or parts[1] != 'msg':
-        raise BagError(f'unsupported message type name {msgtype!r}')
+    parts = msgtype.split("/")
+    if len(parts) != 3 or parts[1] != "msg":
+        raise BagError(f"unsupported message type name {msgtype!r}")
     try:
-        return getattr(importlib.import_module(f'{parts[0]}.msg'), parts[2])
+        return getattr(importlib.import_module(f"{parts[0]}.msg"), parts[2])
     except (ImportError, AttributeError) as exc:
-        raise BagError(f'message type {msgtype} is not available in this ROS 2 installation '
-                       f'({exc})') from exc
+        raise BagError(f"message type {msgtype} is not available in this ROS 2 installation ({exc})") from exc

@@ -1,7 +1,8 @@
 """Record topics from the ROS graph into an mcap bag (``bag_player --record``), with rosbags.
 
 For machines without ``ros2 bag record``: subscribes (reliable, depth 1000) to each topic once its
-type is visible in the graph, waits until it has matched a publisher, and writes every message's CDR bytes as received (a raw subscription: nothing is decoded or
+type is visible in the graph, waits until it has matched a publisher, and writes every message's CDR bytes as
+received (a raw subscription: nothing is decoded or
 re-encoded) through :class:`~oxygen_ros.bags.writer.BagOutput`, with the receiving node's clock as log
 time.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from oxygen_ros.bags.reader import BagError, msg_class
 from oxygen_ros.bags.writer import BagOutput
 
-__all__ = ['Recorder']
+__all__ = ["Recorder"]
 
 
 class Recorder:
@@ -25,7 +26,7 @@ class Recorder:
 
     def __init__(self, node: Any, out: Path, topics: Sequence[str], overwrite: bool = False) -> None:
         self.node = node
-        self.topics = ['/' + t.lstrip('/') for t in topics]  # the graph lists absolute names
+        self.topics = ["/" + t.lstrip("/") for t in topics]  # the graph lists absolute names
         self.writer = BagOutput(out, overwrite=overwrite)
         self._lock = threading.Lock()
         self._subs: dict[str, Any] = {}
@@ -43,16 +44,24 @@ class Recorder:
             for topic in self.topics:
                 # subscribe once a publisher is known: its offered QoS picks ours (a topic the graph lists
                 # only for a subscriber, e.g. the node's /joint_states, has no reliability to match yet)
-                if (topic not in self._subs and topic not in self.unavailable and graph.get(topic)
-                        and self.node.count_publishers(topic) > 0):
+                if (
+                    topic not in self._subs
+                    and topic not in self.unavailable
+                    and graph.get(topic)
+                    and self.node.count_publishers(topic) > 0
+                ):
                     try:
                         cls = msg_class(graph[topic][0])
                     except BagError as exc:
                         self.unavailable[topic] = str(exc)
                         continue
                     self._subs[topic] = self.node.create_subscription(  # CDR bytes as received
-                        cls, topic, lambda m, t=topic, k=graph[topic][0]: self._write(t, k, m), self._qos(topic),
-                        raw=True)
+                        cls,
+                        topic,
+                        lambda m, t=topic, k=graph[topic][0]: self._write(t, k, m),
+                        self._qos(topic),
+                        raw=True,
+                    )
             missing = [t for t in self.topics if t not in self._subs or self._subs[t].get_publisher_count() == 0]
             if not missing or time.monotonic() >= end:
                 break
@@ -68,8 +77,9 @@ class Recorder:
 
         offered = [i.qos_profile.reliability for i in self.node.get_publishers_info_by_topic(topic)]
         best_effort = any(r == ReliabilityPolicy.BEST_EFFORT for r in offered)
-        return QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT if best_effort
-                          else ReliabilityPolicy.RELIABLE)
+        return QoSProfile(
+            depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE
+        )
 
     @property
     def subscribed(self) -> list[str]:
@@ -94,11 +104,10 @@ class Recorder:
         lines = []
         for topic, n in silent:
             if topic not in self._subs:
-                why = ('never in the graph' if n == 0 else
-                       'its publisher appeared after recording began: not subscribed')
+                why = "never in the graph" if n == 0 else "its publisher appeared after recording began: not subscribed"
             else:
-                why = 'no publisher at the end' if n == 0 else f'{n} publisher(s), nothing published'
-            lines.append(f'{topic}: no message ({why})')
+                why = "no publisher at the end" if n == 0 else f"{n} publisher(s), nothing published"
+            lines.append(f"{topic}: no message ({why})")
         return lines
 
     def _write(self, topic: str, msgtype: str, data: bytes) -> None:

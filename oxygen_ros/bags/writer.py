@@ -18,17 +18,28 @@ import numpy as np
 
 from oxygen_ros.bags.reader import BagError, typestore
 
-__all__ = ['BagOutput', 'msgtype_of', 'to_rosbags']
+__all__ = ["BagOutput", "msgtype_of", "to_rosbags"]
 
-_ARRAY_DTYPES = {'d': np.float64, 'f': np.float32, 'b': np.int8, 'B': np.uint8, 'h': np.int16,
-                 'H': np.uint16, 'i': np.int32, 'I': np.uint32, 'l': np.int64, 'L': np.uint64,
-                 'q': np.int64, 'Q': np.uint64}
+_ARRAY_DTYPES = {
+    "d": np.float64,
+    "f": np.float32,
+    "b": np.int8,
+    "B": np.uint8,
+    "h": np.int16,
+    "H": np.uint16,
+    "i": np.int32,
+    "I": np.uint32,
+    "l": np.int64,
+    "L": np.uint64,
+    "q": np.int64,
+    "Q": np.uint64,
+}
 
 
 def msgtype_of(msg: Any) -> str:
     """``pkg/msg/Name`` of an rclpy message object."""
-    pkg = type(msg).__module__.split('.')[0]
-    return f'{pkg}/msg/{type(msg).__name__}'
+    pkg = type(msg).__module__.split(".")[0]
+    return f"{pkg}/msg/{type(msg).__name__}"
 
 
 def to_rosbags(msg: Any, typestore: Any) -> Any:
@@ -54,7 +65,7 @@ def _convert(value: Any, kind: int, detail: Any, ts: Any) -> Any:
         (sub_kind, sub_detail) = detail[0]
         if sub_kind == Nodetype.NAME:
             return [to_rosbags(v, ts) for v in value]
-        if sub_kind == Nodetype.BASE and sub_detail[0] == 'string':
+        if sub_kind == Nodetype.BASE and sub_detail[0] == "string":
             return [str(v) for v in value]
         if isinstance(value, array.array):
             return np.array(value, dtype=_ARRAY_DTYPES[value.typecode])
@@ -67,10 +78,21 @@ def _convert(value: Any, kind: int, detail: Any, ts: Any) -> Any:
 
 
 def _base_dtype(name: str) -> Any:
-    return {'float64': np.float64, 'float32': np.float32, 'int8': np.int8, 'uint8': np.uint8,
-            'byte': np.uint8, 'char': np.uint8, 'int16': np.int16, 'uint16': np.uint16,
-            'int32': np.int32, 'uint32': np.uint32, 'int64': np.int64, 'uint64': np.uint64,
-            'bool': np.bool_}.get(name, np.float64)
+    return {
+        "float64": np.float64,
+        "float32": np.float32,
+        "int8": np.int8,
+        "uint8": np.uint8,
+        "byte": np.uint8,
+        "char": np.uint8,
+        "int16": np.int16,
+        "uint16": np.uint16,
+        "int32": np.int32,
+        "uint32": np.uint32,
+        "int64": np.int64,
+        "uint64": np.uint64,
+        "bool": np.bool_,
+    }.get(name, np.float64)
 
 
 # ---------------------------------------------------------------------- writing
@@ -91,31 +113,36 @@ class BagOutput:
         self.path = Path(path)
         if self.path.exists() or self.path.is_symlink():
             if not overwrite:
-                raise BagError(f'output bag {self.path} exists; choose another path or overwrite')
+                raise BagError(f"output bag {self.path} exists; choose another path or overwrite")
             _check_bag_folder(self.path)
         self.ts = typestore()
-        self._tmp = self.path.parent / f'.{self.path.name}.partial-{os.getpid()}'
+        self._tmp = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
         shutil.rmtree(self._tmp, ignore_errors=True)
         self._tmp.mkdir(parents=True)
-        self._writer = Writer(self._tmp / self.path.name, version=9,
-                              storage_plugin=StoragePlugin.MCAP)
+        self._writer = Writer(self._tmp / self.path.name, version=9, storage_plugin=StoragePlugin.MCAP)
         self._writer.open()
         self._conns: dict[str, Any] = {}
         self.counts: dict[str, int] = {}
 
     def add_topic(self, topic: str, msgtype: str, reliable: bool = True, depth: int = 10) -> None:
         """Declare ``topic`` of ``msgtype`` (``pkg/msg/Name``) with a keep-last volatile QoS."""
-        from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness,
-                                        QosReliability, QosTime)
+        from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 
         if topic in self._conns:
             return
         zero = QosTime(0, 0)
-        qos = Qos(QosHistory.KEEP_LAST, depth,
-                  QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
-                  QosDurability.VOLATILE, zero, zero, QosLiveliness.AUTOMATIC, zero, False)
-        self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.ts,
-                                                         offered_qos_profiles=[qos])
+        qos = Qos(
+            QosHistory.KEEP_LAST,
+            depth,
+            QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+            QosDurability.VOLATILE,
+            zero,
+            zero,
+            QosLiveliness.AUTOMATIC,
+            zero,
+            False,
+        )
+        self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.ts, offered_qos_profiles=[qos])
         self.counts.setdefault(topic, 0)
 
     def write(self, topic: str, log_ns: int, msg: Any) -> None:
@@ -153,10 +180,10 @@ class BagOutput:
 
 
 def _check_bag_folder(path: Path) -> None:
-    ok = ('.yaml', '.mcap', '.db3', '.zstd')
+    ok = (".yaml", ".mcap", ".db3", ".zstd")
     if path.is_dir() and not path.is_symlink():
         foreign = [p.name for p in path.iterdir() if p.is_dir() or not p.name.endswith(ok)]
         if not foreign:
             return
-        raise BagError(f'{path} holds non-bag entries {sorted(foreign)[:5]}; not replacing it')
-    raise BagError(f'{path} exists and is not a bag folder; not replacing it')
+        raise BagError(f"{path} holds non-bag entries {sorted(foreign)[:5]}; not replacing it")
+    raise BagError(f"{path} exists and is not a bag folder; not replacing it")

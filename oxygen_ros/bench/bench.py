@@ -39,11 +39,23 @@ if TYPE_CHECKING:
     from .probe import MemoryMeter
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(layouts=["libero"], steps=[10], tokens=[30], k=[1, 5], arrivals=["uniform:1"],
-                  compile=["none", "default"]),
-    "gpu": dict(preset="pi05", device="cuda", dtype="bfloat16", layouts=["libero"], steps=[10],
-                tokens=[30], k=[1, 5], arrivals=["uniform:1"], max_minutes=6.5, compile=["reduce-overhead"],
-                frames=30, action_cameras=True),
+    "quick": dict(
+        layouts=["libero"], steps=[10], tokens=[30], k=[1, 5], arrivals=["uniform:1"], compile=["none", "default"]
+    ),
+    "gpu": dict(
+        preset="pi05",
+        device="cuda",
+        dtype="bfloat16",
+        layouts=["libero"],
+        steps=[10],
+        tokens=[30],
+        k=[1, 5],
+        arrivals=["uniform:1"],
+        max_minutes=6.5,
+        compile=["reduce-overhead"],
+        frames=30,
+        action_cameras=True,
+    ),
 }
 BLOCK_SIZE = 16
 TASK = "bench"
@@ -70,18 +82,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cost-samples", type=int, default=3, help="minimum samples per stage cost (cost model)")
     ap.add_argument("--max-minutes", type=float, help="stop starting new points after this long")
-    ap.add_argument("--compile", nargs="+", choices=list(COMPILE_MODES),
-                    help="engine.compile modes, each a set of points in the same run (default none)")
-    ap.add_argument("--host-floor", action="store_true", help="host floor per frame at pi05 depth, tiny widths, "
-                    "for each --compile mode (default: none and default), then exit")
+    ap.add_argument(
+        "--compile",
+        nargs="+",
+        choices=list(COMPILE_MODES),
+        help="engine.compile modes, each a set of points in the same run (default none)",
+    )
+    ap.add_argument(
+        "--host-floor",
+        action="store_true",
+        help="host floor per frame at pi05 depth, tiny widths, "
+        "for each --compile mode (default: none and default), then exit",
+    )
     ap.add_argument("--action-cameras", action="store_true", help="also time the action path with 1, 2, 3 cameras")
     ap.add_argument("--out", type=Path, help="output folder (default out/bench/<profile>-<time>)")
     ap.add_argument("--overwrite", action="store_true", help="write into an --out folder that already holds files")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar (none either when stderr is not a terminal)")
+    ap.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (none either when stderr is not a terminal)"
+    )
     ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
-    a.profile = "quick" if a.quick else "gpu" if a.gpu else ("custom" if any(
-        getattr(a, n) for n in ("layouts", "steps", "tokens", "k", "arrivals")) else "paper")
+    a.profile = (
+        "quick"
+        if a.quick
+        else "gpu"
+        if a.gpu
+        else ("custom" if any(getattr(a, n) for n in ("layouts", "steps", "tokens", "k", "arrivals")) else "paper")
+    )
     for key, val in PROFILES.get(a.profile, {}).items():
         if getattr(a, key, None) in (None, False):
             setattr(a, key, val)
@@ -89,8 +116,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.frames < 1 or a.horizon < 1:
         ap.error("--frames and --horizon must be >= 1")
     if a.out is not None and a.out.is_dir() and any(a.out.iterdir()) and not a.overwrite:
-        ap.error(f"--out {a.out} already holds files (an earlier run's results); choose another --out "
-                 "or pass --overwrite to write into it")  # exit 2, before anything is loaded
+        ap.error(
+            f"--out {a.out} already holds files (an earlier run's results); choose another --out "
+            "or pass --overwrite to write into it"
+        )  # exit 2, before anything is loaded
     return a
 
 
@@ -98,12 +127,22 @@ def make_points(a: argparse.Namespace) -> list[BenchPoint]:
     """Sweep points of the profile / axes."""
     if a.profile == "paper":
         return paper_sweep(a.horizon, a.frames, a.seed)
-    return product_points(a.layouts or ["libero"], a.steps or [10], a.tokens or [30], a.k, a.arrivals or ["uniform:1"],
-                          a.horizon, a.frames, a.seed, a.compile or ["none"])
+    return product_points(
+        a.layouts or ["libero"],
+        a.steps or [10],
+        a.tokens or [30],
+        a.k,
+        a.arrivals or ["uniform:1"],
+        a.horizon,
+        a.frames,
+        a.seed,
+        a.compile or ["none"],
+    )
 
 
-def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_tokens: int,
-                  max_prefix_tokens: int) -> EngineConfig:
+def engine_config(
+    mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_tokens: int, max_prefix_tokens: int
+) -> EngineConfig:
     """Engine config of ``mode`` with its KV pool sized to this schedule's peak need (nothing
     queues, nothing is over-provisioned): held prefixes + own blocks + the next-prefix reserve."""
     bf = lambda n: -(-n // BLOCK_SIZE)  # noqa: E731
@@ -111,8 +150,9 @@ def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_t
     alive: list[tuple[int, int, int]] = []  # (last frame, start frame, own blocks)
     for f, lens in enumerate(schedule):
         if mode == "unified":
-            alive = [x for x in alive if x[0] >= f] + [(f + max(1, math.ceil((n - 1) / pt.k)) - 1, f, bf(n))
-                                                        for n in lens]
+            alive = [x for x in alive if x[0] >= f] + [
+                (f + max(1, math.ceil((n - 1) / pt.k)) - 1, f, bf(n)) for n in lens
+            ]
             need = len({x[1] for x in alive} | {f}) * p + sum(x[2] for x in alive)
             running = max(running, len(alive))
         else:
@@ -120,15 +160,23 @@ def engine_config(mode: str, pt: BenchPoint, schedule: list[list[int]], prefix_t
             running = max(running, len(lens))
         peak = max(peak, need)
     reserve = bf(max_prefix_tokens)
-    return EngineConfig(mode=mode, tokens_per_frame=pt.k, block_size=BLOCK_SIZE,
-                        kv_blocks=max(peak + reserve, 2 * reserve + bf(pt.tokens)), max_running_requests=running,
-                        max_queued_requests=max(64, 2 * running), seed=pt.seed, num_denoise_steps=pt.steps,
-                        compile=pt.compile,
-                        tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),))
+    return EngineConfig(
+        mode=mode,
+        tokens_per_frame=pt.k,
+        block_size=BLOCK_SIZE,
+        kv_blocks=max(peak + reserve, 2 * reserve + bf(pt.tokens)),
+        max_running_requests=running,
+        max_queued_requests=max(64, 2 * running),
+        seed=pt.seed,
+        num_denoise_steps=pt.steps,
+        compile=pt.compile,
+        tasks=(TaskConfig(TASK, "", max_new_tokens=pt.tokens),),
+    )
 
 
-def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostModel, meter: MemoryMeter,
-              bar: Any) -> dict[str, Any]:
+def run_point(
+    policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostModel, meter: MemoryMeter, bar: Any
+) -> dict[str, Any]:
     """Run one point in every mode, frames interleaved, cost-model samples between frames; returns
     the raw frames with their ideal times. Modes without cross-frame state (isolated, shared_kv) skip
     all but the last two warm-up frames: only unified needs N/k frames to reach its steady state."""
@@ -149,9 +197,18 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
     for e in engines.values():  # compiles / captures every shape of this point before it is measured
         if pt.compile != "none":
             e.warmup(cameras=[cams])
-    runs = {m: {"frames": [], "rejected": 0, "errors": 0, "config": dataclasses.asdict(e.cfg), "warmup_s": e.warmup_s,
-                "pool_blocks": e.pool.blocks.num_blocks, "pool_bytes": e.pool.k.nbytes + e.pool.v.nbytes}
-            for m, e in engines.items()}
+    runs = {
+        m: {
+            "frames": [],
+            "rejected": 0,
+            "errors": 0,
+            "config": dataclasses.asdict(e.cfg),
+            "warmup_s": e.warmup_s,
+            "pool_blocks": e.pool.blocks.num_blocks,
+            "pool_bytes": e.pool.k.nbytes + e.pool.v.nbytes,
+        }
+        for m, e in engines.items()
+    }
     costs.begin_point(pt.layout, obs[0], pt.steps, pt.tokens // 2)
     seen: set[int] = set()
     probe = StageProbe(policy, wrap_model=pt.compile == "none")
@@ -159,7 +216,7 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
         probe.attach(e)
     try:
         for f in range(total):
-            for m in modes[f % len(modes):] + modes[: f % len(modes)]:
+            for m in modes[f % len(modes) :] + modes[: f % len(modes)]:
                 if m != "unified" and f < pt.warmup - 2:
                     continue
                 e = engines[m]
@@ -170,16 +227,25 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
                 probe.begin()
                 r = e.step()
                 rec = probe.frame(r.metrics)
-                rec.update(frame=f, warmup=f < pt.warmup, transient=meter.after_step(), running=e.running,
-                           queued=e.queued, arrivals=len(sched[f]))
+                rec.update(
+                    frame=f,
+                    warmup=f < pt.warmup,
+                    transient=meter.after_step(),
+                    running=e.running,
+                    queued=e.queued,
+                    arrivals=len(sched[f]),
+                )
                 runs[m]["rejected"] += sum(x.status == RequestStatus.REJECTED for x in r.ended)
                 runs[m]["errors"] += int(r.error is not None or r.action is None)
                 frames = runs[m]["frames"]
                 frames.append(rec)
                 # request latency in this mode's own time (engine frame id = this mode's step index):
                 # from its submission (start of its first step) to the end of this step
-                rec["latencies"] = [sum(g["T"] for g in frames[res.frame_id:]) for res in r.ended
-                                    if res.status == RequestStatus.FINISHED]
+                rec["latencies"] = [
+                    sum(g["T"] for g in frames[res.frame_id :])
+                    for res in r.ended
+                    if res.status == RequestStatus.FINISHED
+                ]
                 if not rec["warmup"]:
                     seen.update(rec["batches"])
                 bar.update(1)
@@ -188,8 +254,11 @@ def run_point(policy: Pi05Policy, pt: BenchPoint, modes: list[str], costs: CostM
     finally:
         probe.detach()
         for m, e in engines.items():  # compiled stages, graphs, recompiles after warm-up, eager fallbacks
-            runs[m]["compile_state"] = {k: v for k, v in e.diagnostics().items() if "_" in k and k[:k.index("_")]
-                                        in ("compiled", "graphs", "recompiles", "fallback")}
+            runs[m]["compile_state"] = {
+                k: v
+                for k, v in e.diagnostics().items()
+                if "_" in k and k[: k.index("_")] in ("compiled", "graphs", "recompiles", "fallback")
+            }
             e.close()
         del engines
         gc.collect()
@@ -207,8 +276,9 @@ def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
     obs = observations(layout, 1, 0)[0]
     sched = [[4]] * 3
     for m in modes:
-        e = Engine(policy, engine_config(m, pt, sched, policy.encode_observation(obs).prefix_len,
-                                         policy.cfg.max_prefix_len))
+        e = Engine(
+            policy, engine_config(m, pt, sched, policy.encode_observation(obs).prefix_len, policy.cfg.max_prefix_len)
+        )
         for _ in range(3):
             e.submit_observation(obs)
             e.submit_request(TASK, "", 4)
@@ -221,14 +291,17 @@ def _no_cuda(a: argparse.Namespace) -> str | None:
     import torch
 
     if (a.gpu or (a.device or "").startswith("cuda")) and not torch.cuda.is_available():
-        return (f"bench: {'--gpu' if a.gpu else '--device ' + a.device} needs a CUDA device, but "
-                f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA build "
-                f"{torch.version.cuda or 'none'}). Run `bench --quick` on a CPU.")
+        return (
+            f"bench: {'--gpu' if a.gpu else '--device ' + a.device} needs a CUDA device, but "
+            f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA build "
+            f"{torch.version.cuda or 'none'}). Run `bench --quick` on a CPU."
+        )
     return None
 
 
-def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespace, meter: MemoryMeter,
-              t_start: float) -> tuple[list[dict[str, Any]], list[str]]:
+def run_sweep(
+    policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespace, meter: MemoryMeter, t_start: float
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Every point in turn (with a progress bar); points that would overrun ``--max-minutes`` are
     skipped. Returns (point results, skipped point keys)."""
     from tqdm import tqdm
@@ -237,8 +310,13 @@ def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespac
 
     costs = CostModel(policy, block_size=BLOCK_SIZE, min_samples=a.cost_samples)
     warm_up(policy, points[0].layout, a.modes)
-    bar = tqdm(total=sum(_frames_run(p, a.modes) for p in points), unit="frame",  # no bar frames into a pipe
-               disable=a.no_progress or not sys.stderr.isatty(), file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=sum(_frames_run(p, a.modes) for p in points),
+        unit="frame",  # no bar frames into a pipe
+        disable=a.no_progress or not sys.stderr.isatty(),
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     results, skipped, last = [], [], 0.0
     for pt in points:
         if a.max_minutes and time.perf_counter() - t_start + last > 60 * a.max_minutes:
@@ -254,6 +332,7 @@ def run_sweep(policy: Pi05Policy, points: list[BenchPoint], a: argparse.Namespac
 
 def _host_floor(a: argparse.Namespace) -> int:
     from .host_floor import host_floor, markdown as floor_md  # noqa: I001
+
     doc = host_floor(a.compile or ["none", "default"], steps=(a.steps or [10])[0])
     out = a.out or Path("out/bench") / f"host-floor-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -271,9 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["schedules"]:
         from .schedule import main as schedules
+
         return schedules(args[1:])
     if args[:1] == ["rtc"]:
         from .rtc import main as rtc_bench
+
         return rtc_bench(args[1:])
     a = parse_args(argv)
     import torch
@@ -304,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     env = environment(device, dtype)
     warnings = _load_warning(env) if device.type == "cpu" else []
-    policy = Pi05Policy.from_pretrained(preset, device=device, dtype=dtype, seed=a.seed,
-                                        config_overrides={"action_horizon": a.horizon})
+    policy = Pi05Policy.from_pretrained(
+        preset, device=device, dtype=dtype, seed=a.seed, config_overrides={"action_horizon": a.horizon}
+    )
     build_s = time.perf_counter() - t_start
     policy.eos_id = -1  # ignore EOS (as vLLM's benchmarks): every request emits exactly its budget
     meter = MemoryMeter(device)
@@ -315,17 +397,39 @@ def main(argv: list[str] | None = None) -> int:
     bpb = KVPool.bytes_per_block(c.depth, BLOCK_SIZE, c.num_kv_heads, c.head_dim, policy.model.dtype)
     rows = [summarize_mode(res["point"], m, run, meter.base, bpb) for res in results for m, run in res["modes"].items()]
     add_ratios(rows)
-    settings = {"preset": preset, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-                "horizon": a.horizon, "frames": a.frames, "modes": a.modes, "seed": a.seed, "block_size": BLOCK_SIZE,
-                "model_build_s": build_s, "ignore_eos": True, "request": "empty template (first token from the "
-                "prefix), greedy", "memory_method": meter.method, "memory_base_mb": meter.base / 2**20,
-                "kv_bytes_per_block": bpb, "warnings": warnings, "interleave": "frame by frame, order rotated"}
-    doc = {"schema": "oxygen_ros.bench/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "argv": sys.argv[1:] if argv is None else list(argv), "profile": a.profile,
-           "environment": finish_environment(env), "settings": settings, "points": results, "summary": rows,
-           "targets": check_targets(rows, {r["point"]["key"]: r["point"] for r in results}, device.type == "cuda"),
-           "skipped": skipped, "action_path": cams, "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
-           "duration_s": time.perf_counter() - t_start}
+    settings = {
+        "preset": preset,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "horizon": a.horizon,
+        "frames": a.frames,
+        "modes": a.modes,
+        "seed": a.seed,
+        "block_size": BLOCK_SIZE,
+        "model_build_s": build_s,
+        "ignore_eos": True,
+        "request": "empty template (first token from the prefix), greedy",
+        "memory_method": meter.method,
+        "memory_base_mb": meter.base / 2**20,
+        "kv_bytes_per_block": bpb,
+        "warnings": warnings,
+        "interleave": "frame by frame, order rotated",
+    }
+    doc = {
+        "schema": "oxygen_ros.bench/1",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "profile": a.profile,
+        "environment": finish_environment(env),
+        "settings": settings,
+        "points": results,
+        "summary": rows,
+        "targets": check_targets(rows, {r["point"]["key"]: r["point"] for r in results}, device.type == "cuda"),
+        "skipped": skipped,
+        "action_path": cams,
+        "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
+        "duration_s": time.perf_counter() - t_start,
+    }
     doc["plots"] = [] if a.no_plots else _plots(doc, out)
     doc["missing"] = missing_fields(doc)
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=float))
@@ -353,6 +457,7 @@ def _frames_run(pt: BenchPoint, modes: list[str]) -> int:
 
 def _plots(doc: dict[str, Any], out: Path) -> list[str]:
     from .plots import write_plots
+
     return write_plots(doc, out)
 
 

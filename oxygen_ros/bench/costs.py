@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -56,8 +57,15 @@ class CostModel:
         c, bs = self.model.cfg, self.block_size
         pmax = -(-c.max_prefix_len // bs)
         own_blocks = -(-(self.own + 2) // bs)
-        pool = KVPool(c.vlm.depth, 2 * pmax + rows * (pmax + own_blocks), bs, c.vlm.num_kv_heads, c.vlm.head_dim,
-                      self.model.dtype, self.model.device)
+        pool = KVPool(
+            c.vlm.depth,
+            2 * pmax + rows * (pmax + own_blocks),
+            bs,
+            c.vlm.num_kv_heads,
+            c.vlm.head_dim,
+            self.model.dtype,
+            self.model.device,
+        )
         runner = Runner(self.policy, pool, self.streams)
         with torch.inference_mode():
             enc = self.policy.encode_observation(self.obs)
@@ -72,8 +80,17 @@ class CostModel:
                 own = BlockTable(pool.blocks)
                 past.append(dst + own.append(self.own))
                 new.append(own.append(1))
-        self._ctx = {"layout": self.layout, "own": self.own, "rows": rows, "runner": runner, "prefix": prefix,
-                     "enc": enc, "past": past, "new": new, "views": {}}
+        self._ctx = {
+            "layout": self.layout,
+            "own": self.own,
+            "rows": rows,
+            "runner": runner,
+            "prefix": prefix,
+            "enc": enc,
+            "past": past,
+            "new": new,
+            "views": {},
+        }
 
     def _view(self, batch: int) -> tuple[PagedExtendView, torch.Tensor, torch.Tensor]:
         ctx = self._ctx
@@ -83,8 +100,7 @@ class CostModel:
         if batch not in ctx["views"]:
             valid = torch.ones(batch, 1, dtype=torch.bool)
             view = PagedExtendView.from_lists(ctx["runner"].pool, ctx["past"][:batch], ctx["new"][:batch], valid)
-            ctx["views"][batch] = (view, torch.ones(batch, 1, dtype=torch.long),
-                                   valid.to(self.model.device))
+            ctx["views"][batch] = (view, torch.ones(batch, 1, dtype=torch.long), valid.to(self.model.device))
             self._timed(lambda: self.model.decode_step(*ctx["views"][batch]))  # first call: untimed warm-up
         return ctx["views"][batch]
 
@@ -130,8 +146,9 @@ class CostModel:
         kinds = ["prefix", "denoise"] + (["decode"] if batches_seen else [])
         kind = kinds[self._tick % len(kinds)]
         self._tick += 1
-        batch = min(sorted(batches_seen), key=lambda b: len(self.samples.get(("decode", b), []))) \
-            if kind == "decode" else 1
+        batch = (
+            min(sorted(batches_seen), key=lambda b: len(self.samples.get(("decode", b), []))) if kind == "decode" else 1
+        )
         self.sample(kind, batch)
 
     def cost(self, key: tuple) -> float:
@@ -149,9 +166,13 @@ class CostModel:
 
     def to_dict(self) -> dict[str, Any]:
         """This point's samples and medians (seconds), JSON-ready."""
-        return {"own_tokens": self.own, "costs": [
-            {"stage": k[0], "batch": k[1] if len(k) > 1 else None, "median": statistics.median(v), "samples": v}
-            for k, v in sorted(self.samples.items(), key=lambda kv: (kv[0][0], kv[0][1:]))]}
+        return {
+            "own_tokens": self.own,
+            "costs": [
+                {"stage": k[0], "batch": k[1] if len(k) > 1 else None, "median": statistics.median(v), "samples": v}
+                for k, v in sorted(self.samples.items(), key=lambda kv: (kv[0][0], kv[0][1:]))
+            ],
+        }
 
 
 __all__ = ["CostModel"]

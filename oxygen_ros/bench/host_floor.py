@@ -5,7 +5,8 @@ The model has π0.5's depth (27 SigLIP, 18 VLM, 18 expert layers) and pi05-tiny'
 arithmetic is negligible and what remains is what every GPU frame pays on the host before its
 kernels run: Python, dispatcher and kernel-launch overhead. Stages are timed through the engine's
 own runner (vision, prefill, the S denoise steps, one decode step at each batch size), every
-compile mode in one run, frames interleaved across the modes, warm-up (compilation) reported apart. Operator counts come from the
+compile mode in one run, frames interleaved across the modes, warm-up (compilation) reported apart. Operator counts
+come from the
 PyTorch profiler: top-level non-view ``aten::`` calls plus inductor's fused C++ kernels
 (``cpp.enable_kernel_profile``) — on a GPU each is about one kernel launch.
 """
@@ -29,27 +30,64 @@ from ..core.types import Observation
 from .env import environment, finish_environment
 
 # metadata-only operators (no kernel): excluded from the operator counts
-VIEW_OPS = {"aten::view", "aten::expand", "aten::as_strided", "aten::transpose", "aten::permute", "aten::slice",
-            "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::reshape", "aten::alias", "aten::t",
-            "aten::unflatten", "aten::split", "aten::chunk", "aten::narrow", "aten::detach", "aten::_reshape_alias",
-            "aten::unbind", "aten::flatten", "aten::resolve_conj", "aten::resolve_neg", "aten::lift_fresh",
-            "aten::empty", "aten::empty_strided", "aten::_unsafe_view", "aten::expand_as", "aten::view_as",
-            "aten::contiguous", "aten::split_with_sizes", "aten::empty_like", "aten::result_type", "aten::item",
-            "aten::_local_scalar_dense", "aten::is_nonzero", "aten::dim", "aten::size", "aten::stride"}
+VIEW_OPS = {
+    "aten::view",
+    "aten::expand",
+    "aten::as_strided",
+    "aten::transpose",
+    "aten::permute",
+    "aten::slice",
+    "aten::select",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::reshape",
+    "aten::alias",
+    "aten::t",
+    "aten::unflatten",
+    "aten::split",
+    "aten::chunk",
+    "aten::narrow",
+    "aten::detach",
+    "aten::_reshape_alias",
+    "aten::unbind",
+    "aten::flatten",
+    "aten::resolve_conj",
+    "aten::resolve_neg",
+    "aten::lift_fresh",
+    "aten::empty",
+    "aten::empty_strided",
+    "aten::_unsafe_view",
+    "aten::expand_as",
+    "aten::view_as",
+    "aten::contiguous",
+    "aten::split_with_sizes",
+    "aten::empty_like",
+    "aten::result_type",
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::is_nonzero",
+    "aten::dim",
+    "aten::size",
+    "aten::stride",
+}
 BATCHES = (8, 16, 30)
 
 
 def floor_policy(device: str = "cpu") -> Pi05Policy:
     """pi05-tiny widths at π0.5 depth (27 / 18 / 18 layers), three cameras, random weights."""
     t = get_preset("pi05-tiny")
-    over = {"vision": dataclasses.replace(t.vision, num_layers=27), "vlm": dataclasses.replace(t.vlm, depth=18),
-            "expert": dataclasses.replace(t.expert, depth=18)}
+    over = {
+        "vision": dataclasses.replace(t.vision, num_layers=27),
+        "vlm": dataclasses.replace(t.vlm, depth=18),
+        "expert": dataclasses.replace(t.expert, depth=18),
+    }
     return Pi05Policy.from_pretrained("pi05-tiny", device=device, config_overrides=over)
 
 
 def count_ops(fn) -> int:
     """Kernel-level operator calls of ``fn()``: top-level non-view aten ops + fused inductor kernels."""
     import torch._inductor.config as ic
+
     ic.cpp.enable_kernel_profile = True
     with profile(activities=[ProfilerActivity.CPU]) as p:
         fn()
@@ -70,15 +108,26 @@ class _ModeFloor:
 
     def __init__(self, policy: Pi05Policy, compile_mode: str, steps: int) -> None:
         self.task = TaskConfig("floor", "", max_new_tokens=200)
-        self.eng = Engine(policy, EngineConfig(compile=compile_mode, max_running_requests=max(BATCHES),
-                                               tokens_per_frame=1, num_denoise_steps=steps, tasks=(self.task,),
-                                               max_request_tokens=256))
+        self.eng = Engine(
+            policy,
+            EngineConfig(
+                compile=compile_mode,
+                max_running_requests=max(BATCHES),
+                tokens_per_frame=1,
+                num_denoise_steps=steps,
+                tasks=(self.task,),
+                max_request_tokens=256,
+            ),
+        )
         self.run, self.pool, self.steps = self.eng.runner, self.eng.pool, steps
         cfg = policy.cfg
         rng = np.random.default_rng(0)
         size = cfg.vision.image_size
-        self.obs = Observation({s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in cfg.image_slots},
-                               rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32), "pick up the cube")
+        self.obs = Observation(
+            {s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in cfg.image_slots},
+            rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32),
+            "pick up the cube",
+        )
         self.enc = policy.encode_observation(self.obs)
         self.noise = frame_noise(0, 0, cfg.action_horizon, cfg.action_dim)
         self.res: dict[str, Any] = {"compile": compile_mode}
@@ -149,11 +198,12 @@ def host_floor(modes: list[str], steps: int = 10, reps: int = 11, policy: Pi05Po
     the rows: a busy machine inflates every figure.
     """
     import torch._inductor.config as ic
+
     ic.cpp.enable_kernel_profile = True  # before anything compiles: fused kernels then show in the counts
     policy = policy or floor_policy()
     env = environment(policy.model.device, policy.model.dtype)
     floors = [_ModeFloor(policy, m, steps) for m in modes]
-    order = lambda i: floors[i % len(floors):] + floors[: i % len(floors)]  # noqa: E731
+    order = lambda i: floors[i % len(floors) :] + floors[: i % len(floors)]  # noqa: E731
     for i in range(reps):
         for f in order(i):
             f.frame()
@@ -171,21 +221,34 @@ def host_floor(modes: list[str], steps: int = 10, reps: int = 11, policy: Pi05Po
     base = rows[0]
     for r in rows:
         r["floor_ratio_b8"] = base["frame_b8_ms"] / r["frame_b8_ms"]
-    return {"model": "pi05-tiny widths, depth 27/18/18, 3 cameras", "steps": steps, "reps": reps,
-            "interleaved": True, "threads": torch.get_num_threads(), "environment": finish_environment(env),
-            "rows": rows}
+    return {
+        "model": "pi05-tiny widths, depth 27/18/18, 3 cameras",
+        "steps": steps,
+        "reps": reps,
+        "interleaved": True,
+        "threads": torch.get_num_threads(),
+        "environment": finish_environment(env),
+        "rows": rows,
+    }
 
 
 def markdown(doc: dict[str, Any]) -> str:
     """The host-floor table (ms, medians; warm-up apart)."""
-    cols = ["compile", "vision_ms", "prefill_ms", "denoise_ms"] + [f"decode_b{b}_ms" for b in BATCHES] + \
-        [f"frame_b{b}_ms" for b in BATCHES] + ["floor_ratio_b8", "ops_per_denoise_step", "ops_per_decode_step_b8",
-                                               "warmup_frame_s", "warmup_decode_s"]
+    cols = (
+        ["compile", "vision_ms", "prefill_ms", "denoise_ms"]
+        + [f"decode_b{b}_ms" for b in BATCHES]
+        + [f"frame_b{b}_ms" for b in BATCHES]
+        + ["floor_ratio_b8", "ops_per_denoise_step", "ops_per_decode_step_b8", "warmup_frame_s", "warmup_decode_s"]
+    )
     fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
     env = doc.get("environment", {})
     load = f"; load average {env.get('loadavg_start')} → {env.get('loadavg_end')}" if env else ""
-    lines = [f"Host floor — {doc['model']}, S = {doc['steps']}, {doc['threads']} thread(s), median of {doc['reps']}"
-             f"{load}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines = [
+        f"Host floor — {doc['model']}, S = {doc['steps']}, {doc['threads']} thread(s), median of {doc['reps']}{load}",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
     lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in doc["rows"]]
     return "\n".join(lines)
 
@@ -193,15 +256,25 @@ def markdown(doc: dict[str, Any]) -> str:
 def action_path(policy: Pi05Policy, compile_mode: str, steps: int, reps: int = 10) -> list[dict[str, Any]]:
     """Action-path latency (vision + prefill + S denoise steps, device-synchronised stage times,
     median of ``reps`` frames) with 1 … all cameras, each shape warmed up (compiled) first."""
-    eng = Engine(policy, EngineConfig(compile=compile_mode, num_denoise_steps=steps, max_running_requests=1,
-                                      tasks=(TaskConfig("path", "", max_new_tokens=4),)))
+    eng = Engine(
+        policy,
+        EngineConfig(
+            compile=compile_mode,
+            num_denoise_steps=steps,
+            max_running_requests=1,
+            tasks=(TaskConfig("path", "", max_new_tokens=4),),
+        ),
+    )
     rng = np.random.default_rng(3)
     size, slots = policy.cfg.vision.image_size, policy.cfg.image_slots
     out = []
     for cams in range(1, len(slots) + 1):
         warm = eng.warmup(cameras=[cams])
-        o = Observation({s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in slots[:cams]},
-                        rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32), "pick up the cube")
+        o = Observation(
+            {s: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for s in slots[:cams]},
+            rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32),
+            "pick up the cube",
+        )
         times = []
         for _ in range(reps):
             eng.submit_observation(o)

@@ -35,9 +35,14 @@ def stage_targets(engine: Engine) -> dict[str, tuple[Any, str]]:
     installed).
     """
     r = engine.runner
-    return {"vision": (r.vision, "eager"), "prefill": (r.prefill_stage, "eager"), "denoise": (r.denoise_stage, "eager"),
-            "decode": (engine.policy.model, "decode_step"), "sampling": (steps_module, "sample_batch"),
-            "detokenize": (IncrementalDetokenizer, "push")}
+    return {
+        "vision": (r.vision, "eager"),
+        "prefill": (r.prefill_stage, "eager"),
+        "denoise": (r.denoise_stage, "eager"),
+        "decode": (engine.policy.model, "decode_step"),
+        "sampling": (steps_module, "sample_batch"),
+        "detokenize": (IncrementalDetokenizer, "push"),
+    }
 
 
 class FaultInjector:
@@ -128,7 +133,7 @@ class FaultInjector:
                 delattr(owner, attr)
         self._restore.clear()
 
-    def __enter__(self) -> "FaultInjector":
+    def __enter__(self) -> FaultInjector:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,15 +8,25 @@ from typing import Any
 from .report import MODES, STAGES
 
 COLORS = {"isolated": "tab:gray", "shared_kv": "tab:blue", "unified": "tab:red"}
-STAGE_COLORS = {"preprocess": "#bbbbbb", "vision": "#8fbbd9", "prefill": "#1f77b4", "denoise": "#2ca02c",
-                "fwd_decode": "#ff7f0e", "fwd_start": "#ffbb78", "build": "#d62728", "sample": "#9467bd",
-                "other": "#e377c2"}
+STAGE_COLORS = {
+    "preprocess": "#bbbbbb",
+    "vision": "#8fbbd9",
+    "prefill": "#1f77b4",
+    "denoise": "#2ca02c",
+    "fwd_decode": "#ff7f0e",
+    "fwd_start": "#ffbb78",
+    "build": "#d62728",
+    "sample": "#9467bd",
+    "other": "#e377c2",
+}
 
 
 def _plt():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -24,20 +34,30 @@ def speedup_vs_n(rows: list[dict[str, Any]], points: dict[str, dict[str, Any]], 
     """Speedup over isolated vs N, one line per k (unified solid, shared_kv dashed), at the paper's
     layout/S/arrival (the most common one in the run)."""
     plt = _plt()
-    base = max(({(p["layout"], p["steps"], p["arrival"]) for p in points.values()}),
-               key=lambda c: sum((p["layout"], p["steps"], p["arrival"]) == c for p in points.values()))
+    base = max(
+        ({(p["layout"], p["steps"], p["arrival"]) for p in points.values()}),
+        key=lambda c: sum((p["layout"], p["steps"], p["arrival"]) == c for p in points.values()),
+    )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ks = sorted({p["k"] for p in points.values()})
     cmap = plt.get_cmap("viridis")
     for i, k in enumerate(ks):
         for mode, style in (("unified", "-o"), ("shared_kv", "--x")):
-            pts = sorted((points[r["point"]]["tokens"], r["speedup"]) for r in rows
-                         if r["mode"] == mode and r["speedup"] is not None and points[r["point"]]["k"] == k
-                         and (points[r["point"]]["layout"], points[r["point"]]["steps"],
-                              points[r["point"]]["arrival"]) == base)
+            pts = sorted(
+                (points[r["point"]]["tokens"], r["speedup"])
+                for r in rows
+                if r["mode"] == mode
+                and r["speedup"] is not None
+                and points[r["point"]]["k"] == k
+                and (points[r["point"]]["layout"], points[r["point"]]["steps"], points[r["point"]]["arrival"]) == base
+            )
             if pts:
-                ax.plot(*zip(*pts), style, color=cmap(i / max(1, len(ks) - 1)),
-                        label=f"unified k={k}" if mode == "unified" else ("shared_kv (dashed, x)" if i == 0 else None))
+                ax.plot(
+                    *zip(*pts),
+                    style,
+                    color=cmap(i / max(1, len(ks) - 1)),
+                    label=f"unified k={k}" if mode == "unified" else ("shared_kv (dashed, x)" if i == 0 else None),
+                )
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("N tokens per request")
     ax.set_ylabel("speedup over isolated (frame time)")
@@ -96,8 +116,11 @@ def write_plots(doc: dict[str, Any], out: Path) -> list[str]:
     rows = doc["summary"]
     if not rows:
         return []
-    files = [speedup_vs_n(rows, points, out / "speedup_vs_n.png"), hz_vs_toks(rows, out / "hz_vs_toks.png"),
-             stage_bars(rows, out / "stages.png")]
+    files = [
+        speedup_vs_n(rows, points, out / "speedup_vs_n.png"),
+        hz_vs_toks(rows, out / "hz_vs_toks.png"),
+        stage_bars(rows, out / "stages.png"),
+    ]
     return [f.name for f in files]
 
 

@@ -20,15 +20,25 @@ wrappers synchronise the current stream so that device time is charged to the fo
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..core.engine.engine import Engine
 from ..core.policy import Pi05Policy
 
-TIMED = ("preprocess", "vision", "prefill", "fwd_decode", "fwd_start", "sample", "decode_call", "start_call",
-         "prefill_call")
+TIMED = (
+    "preprocess",
+    "vision",
+    "prefill",
+    "fwd_decode",
+    "fwd_start",
+    "sample",
+    "decode_call",
+    "start_call",
+    "prefill_call",
+)
 
 
 class StageProbe:
@@ -62,7 +72,9 @@ class StageProbe:
                     return orig(*a, **kw)
                 finally:
                     self.acc[key] += time.perf_counter() - t
+
             return wrapper
+
         return make
 
     def _model_call(self, orig: Callable) -> Callable:
@@ -79,6 +91,7 @@ class StageProbe:
             finally:
                 self._depth -= 1
                 self.acc["fwd_start" if self._ctx == "start" else "fwd_decode"] += time.perf_counter() - t
+
         return wrapper
 
     def _runner_call(self, ctx: str, runner: Any) -> Callable[[Callable], Callable]:
@@ -93,7 +106,9 @@ class StageProbe:
                     self._ctx = "other"
                     self.acc["batches" if ctx == "decode" else "starts"].append(len(reqs))
                     self.acc["kv_peak"] = max(self.acc["kv_peak"], runner.pool.blocks.num_in_use)
+
             return wrapper
+
         return make
 
     def _prefill(self, orig: Callable) -> Callable:
@@ -105,6 +120,7 @@ class StageProbe:
             self.acc["prefill"] += out.stage_times.get("prefill", 0.0)
             self.acc["n_prefills"] += 1
             return out
+
         return wrapper
 
     def attach(self, engine: Engine) -> None:
@@ -130,18 +146,40 @@ class StageProbe:
     def frame(self, metrics: Any) -> dict[str, Any]:
         """Decompose the frame just stepped (``FrameMetrics``) into stages; times in seconds."""
         a = self.acc
-        build = (a["decode_call"] + a["start_call"] - a["fwd_decode"] - a["fwd_start"] - a["sample"]
-                 + a["prefill_call"] - a["vision"] - a["prefill"])
+        build = (
+            a["decode_call"]
+            + a["start_call"]
+            - a["fwd_decode"]
+            - a["fwd_start"]
+            - a["sample"]
+            + a["prefill_call"]
+            - a["vision"]
+            - a["prefill"]
+        )
         model = a["vision"] + a["prefill"] + metrics.denoise + a["fwd_decode"] + a["fwd_start"]
         overhead = metrics.frame_time - a["preprocess"] - model
-        return {"T": metrics.frame_time, "preprocess": a["preprocess"], "vision": a["vision"],
-                "prefill": a["prefill"], "denoise": metrics.denoise, "fwd_decode": a["fwd_decode"],
-                "fwd_start": a["fwd_start"], "build": build, "sample": a["sample"],
-                "other": overhead - build - a["sample"], "overhead": overhead,
-                "engine_bookkeeping": metrics.bookkeeping, "tokens": metrics.tokens_emitted,
-                "decode_steps": metrics.decode_steps, "decode_batch": metrics.decode_batch,
-                "batches": list(a["batches"]), "starts": list(a["starts"]), "n_prefills": a["n_prefills"],
-                "blocks_in_use": metrics.blocks_in_use, "kv_peak_blocks": max(a["kv_peak"], metrics.blocks_in_use)}
+        return {
+            "T": metrics.frame_time,
+            "preprocess": a["preprocess"],
+            "vision": a["vision"],
+            "prefill": a["prefill"],
+            "denoise": metrics.denoise,
+            "fwd_decode": a["fwd_decode"],
+            "fwd_start": a["fwd_start"],
+            "build": build,
+            "sample": a["sample"],
+            "other": overhead - build - a["sample"],
+            "overhead": overhead,
+            "engine_bookkeeping": metrics.bookkeeping,
+            "tokens": metrics.tokens_emitted,
+            "decode_steps": metrics.decode_steps,
+            "decode_batch": metrics.decode_batch,
+            "batches": list(a["batches"]),
+            "starts": list(a["starts"]),
+            "n_prefills": a["n_prefills"],
+            "blocks_in_use": metrics.blocks_in_use,
+            "kv_peak_blocks": max(a["kv_peak"], metrics.blocks_in_use),
+        }
 
 
 class MemoryMeter:

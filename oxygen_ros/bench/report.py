@@ -9,11 +9,37 @@ from typing import Any
 MODES = ("isolated", "shared_kv", "unified")
 STAGES = ("preprocess", "vision", "prefill", "denoise", "fwd_decode", "fwd_start", "build", "sample", "other")
 SUMMARY_KEYS = (
-    "point", "mode", "frames", "frame_time_ms", "frame_time_median_ms", "frame_time_p90_ms", "action_hz",
-    "tok_s", "speedup", "tok_s_ratio", "overhead_pct", "build_pct", "sample_pct", "other_pct",
-    "engine_bookkeeping_pct", "decode_batch_mean", "decode_batch_max", "decode_steps_mean", "ideal_ms",
-    "efficiency", "peak_mem_mb", "mem_ratio", "kv_used_peak_mb", "kv_ratio", "pool_mb", "request_latency_ms",
-    "queued_max", "rejected", "errors", "stages_ms")
+    "point",
+    "mode",
+    "frames",
+    "frame_time_ms",
+    "frame_time_median_ms",
+    "frame_time_p90_ms",
+    "action_hz",
+    "tok_s",
+    "speedup",
+    "tok_s_ratio",
+    "overhead_pct",
+    "build_pct",
+    "sample_pct",
+    "other_pct",
+    "engine_bookkeeping_pct",
+    "decode_batch_mean",
+    "decode_batch_max",
+    "decode_steps_mean",
+    "ideal_ms",
+    "efficiency",
+    "peak_mem_mb",
+    "mem_ratio",
+    "kv_used_peak_mb",
+    "kv_ratio",
+    "pool_mb",
+    "request_latency_ms",
+    "queued_max",
+    "rejected",
+    "errors",
+    "stages_ms",
+)
 #: The issue's targets: (name, mode, metric, comparison, bound, where).
 TARGETS = (
     ("bookkeeping <= 2 % of a frame at k = 1", "unified", "overhead_pct", "<=", 2.0, {"k": 1}),
@@ -29,8 +55,9 @@ def _pct(q: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
 
 
-def summarize_mode(point: dict[str, Any], mode: str, run: dict[str, Any], base_bytes: int,
-                   bytes_per_block: int) -> dict[str, Any]:
+def summarize_mode(
+    point: dict[str, Any], mode: str, run: dict[str, Any], base_bytes: int, bytes_per_block: int
+) -> dict[str, Any]:
     """Summary row of one mode at one point from its measured (non-warm-up) frames."""
     fr = [f for f in run["frames"] if not f["warmup"]]
     total = sum(f["T"] for f in fr) or float("nan")
@@ -47,23 +74,37 @@ def summarize_mode(point: dict[str, Any], mode: str, run: dict[str, Any], base_b
     eager = point.get("compile", "none") == "none"
     split = pct if eager else (lambda key: None)  # noqa: E731
     return {
-        "warmup_s": run.get("warmup_s", 0.0), "compile_state": run.get("compile_state", {}),
-        "point": point["key"], "mode": mode, "frames": n,
-        "frame_time_ms": 1e3 * total / n, "frame_time_median_ms": 1e3 * statistics.median(f["T"] for f in fr),
+        "warmup_s": run.get("warmup_s", 0.0),
+        "compile_state": run.get("compile_state", {}),
+        "point": point["key"],
+        "mode": mode,
+        "frames": n,
+        "frame_time_ms": 1e3 * total / n,
+        "frame_time_median_ms": 1e3 * statistics.median(f["T"] for f in fr),
         "frame_time_p90_ms": 1e3 * _pct([f["T"] for f in fr], 90),
-        "action_hz": point["horizon"] * n / total, "tok_s": sum(f["tokens"] for f in fr) / total,
-        "speedup": None, "tok_s_ratio": None,
-        "overhead_pct": split("overhead"), "build_pct": split("build"), "sample_pct": split("sample"),
-        "other_pct": split("other"), "engine_bookkeeping_pct": pct("engine_bookkeeping"),
-        "decode_batch_mean": sum(steps) / len(steps) if steps else 0.0, "decode_batch_max": max(steps, default=0),
+        "action_hz": point["horizon"] * n / total,
+        "tok_s": sum(f["tokens"] for f in fr) / total,
+        "speedup": None,
+        "tok_s_ratio": None,
+        "overhead_pct": split("overhead"),
+        "build_pct": split("build"),
+        "sample_pct": split("sample"),
+        "other_pct": split("other"),
+        "engine_bookkeeping_pct": pct("engine_bookkeeping"),
+        "decode_batch_mean": sum(steps) / len(steps) if steps else 0.0,
+        "decode_batch_max": max(steps, default=0),
         "decode_steps_mean": mean("decode_steps"),
         "ideal_ms": 1e3 * sum(ideal) / len(ideal) if ideal and eager else None,
         "efficiency": sum(ideal) / total if len(ideal) == n and eager else None,
-        "peak_mem_mb": peak / 2**20, "mem_ratio": None,
-        "kv_used_peak_mb": max(f["kv_peak_blocks"] for f in fr) * bytes_per_block / 2**20, "kv_ratio": None,
+        "peak_mem_mb": peak / 2**20,
+        "mem_ratio": None,
+        "kv_used_peak_mb": max(f["kv_peak_blocks"] for f in fr) * bytes_per_block / 2**20,
+        "kv_ratio": None,
         "pool_mb": run["pool_bytes"] / 2**20,
         "request_latency_ms": 1e3 * sum(lat) / len(lat) if lat else None,
-        "queued_max": max(f["queued"] for f in fr), "rejected": run["rejected"], "errors": run["errors"],
+        "queued_max": max(f["queued"] for f in fr),
+        "rejected": run["rejected"],
+        "errors": run["errors"],
         "stages_ms": _stages_ms({s: 1e3 * mean(s) for s in STAGES}, eager),
     }
 
@@ -94,8 +135,13 @@ def check_targets(rows: list[dict[str, Any]], points: dict[str, dict[str, Any]],
     """Each target against every matching row: worst value, pass/miss (GPU-only targets need a GPU run)."""
     out = []
     for name, mode, metric, op, bound, where in TARGETS:
-        vals = [(r["point"], r[metric]) for r in rows if r["mode"] == mode and r[metric] is not None
-                and all(points[r["point"]].get(k) == v for k, v in where.items())]
+        vals = [
+            (r["point"], r[metric])
+            for r in rows
+            if r["mode"] == mode
+            and r[metric] is not None
+            and all(points[r["point"]].get(k) == v for k, v in where.items())
+        ]
         applies = gpu or "GPU" not in name
         if not vals:
             out.append({"target": name, "status": "not measured", "worst": None, "at": None})
@@ -114,13 +160,17 @@ def _f(v: Any, nd: int = 1) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """The results as a markdown report: settings, one table row per (point, mode), targets."""
     env, st = doc["environment"], doc["settings"]
-    lines = [f"### bench — {st['preset']} on {env['device_name']} ({st['dtype']}, {env['torch_threads']} threads), "
-             f"H = {st['horizon']}",
-             "", f"{doc['frames_total']} frames in {doc['duration_s']:.0f} s; load average at start/end "
-             f"{env['loadavg_start']} / {env.get('loadavg_end', '?')} (timings on a shared machine are noisy).", "",
-             "| point | mode | T ms (p50) | action Hz | tok/s | speedup | overhead % (build/sample/other) | "
-             "batch | ideal ms | eff. | peak MB (×iso) | KV used MB | warm-up s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### bench — {st['preset']} on {env['device_name']} ({st['dtype']}, {env['torch_threads']} threads), "
+        f"H = {st['horizon']}",
+        "",
+        f"{doc['frames_total']} frames in {doc['duration_s']:.0f} s; load average at start/end "
+        f"{env['loadavg_start']} / {env.get('loadavg_end', '?')} (timings on a shared machine are noisy).",
+        "",
+        "| point | mode | T ms (p50) | action Hz | tok/s | speedup | overhead % (build/sample/other) | "
+        "batch | ideal ms | eff. | peak MB (×iso) | KV used MB | warm-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in doc["summary"]:
         lines.append(
             f"| {r['point']} | {r['mode']} | {_f(r['frame_time_ms'])} ({_f(r['frame_time_median_ms'])}) | "
@@ -128,7 +178,8 @@ def markdown(doc: dict[str, Any]) -> str:
             f"({_f(r['build_pct'], 2)}/{_f(r['sample_pct'], 2)}/{_f(r['other_pct'], 2)}) | "
             f"{_f(r['decode_batch_mean'])} | {_f(r['ideal_ms'])} | {_f(r['efficiency'], 2)} | "
             f"{_f(r['peak_mem_mb'], 0)} ({_f(r['mem_ratio'], 2)}) | {_f(r['kv_used_peak_mb'], 1)} | "
-            f"{_f(r.get('warmup_s', 0.0), 1)} |")
+            f"{_f(r.get('warmup_s', 0.0), 1)} |"
+        )
     lines += ["", "| target | status | worst | at |", "|---|---|---|---|"]
     for t in doc["targets"]:
         lines.append(f"| {t['target']} | {t['status']} | {_f(t['worst'], 2)} | {t['at'] or '–'} |")
@@ -149,10 +200,14 @@ def compile_notes(rows: list[dict[str, Any]]) -> list[str]:
         st = r.get("compile_state") or {}
         if not any(k.startswith("graphs_") for k in st):  # an eager point
             continue
-        bad = [f"{k.split('_', 1)[1]} recompiled {v}x after warm-up" for k, v in st.items() if k.startswith("recompiles_")]
+        bad = [
+            f"{k.split('_', 1)[1]} recompiled {v}x after warm-up" for k, v in st.items() if k.startswith("recompiles_")
+        ]
         bad += [f"{k.split('_', 1)[1]} ran eager ({v})" for k, v in st.items() if k.startswith("fallback_")]
-        lines.append(f"- {r['point']} / {r['mode']}: compiled stages {st.get('compiled_stages', 'none')}"
-                     + ("; **" + "; ".join(bad) + "**" if bad else "; no recompile after warm-up"))
+        lines.append(
+            f"- {r['point']} / {r['mode']}: compiled stages {st.get('compiled_stages', 'none')}"
+            + ("; **" + "; ".join(bad) + "**" if bad else "; no recompile after warm-up")
+        )
     return ["", "Compiled stages:", *lines] if lines else []
 
 
@@ -168,5 +223,15 @@ def missing_fields(doc: dict[str, Any]) -> list[str]:
     return miss
 
 
-__all__ = ["MODES", "STAGES", "SUMMARY_KEYS", "TARGETS", "summarize_mode", "add_ratios", "check_targets",
-           "markdown", "missing_fields", "compile_notes"]
+__all__ = [
+    "MODES",
+    "STAGES",
+    "SUMMARY_KEYS",
+    "TARGETS",
+    "summarize_mode",
+    "add_ratios",
+    "check_targets",
+    "markdown",
+    "missing_fields",
+    "compile_notes",
+]

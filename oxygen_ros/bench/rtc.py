@@ -29,8 +29,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,8 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=10, help="denoise steps S")
     ap.add_argument("--horizon", type=int, help="chunk length T (default: the preset's)")
     ap.add_argument("--delay", type=int, default=3, help="inference delay d, rows (default 3)")
-    ap.add_argument("--gap", type=int, default=3, help="control periods between observation stamps = the "
-                    "leftover's shift in rows (default 3)")
+    ap.add_argument(
+        "--gap",
+        type=int,
+        default=3,
+        help="control periods between observation stamps = the leftover's shift in rows (default 3)",
+    )
     ap.add_argument("--layout", default="libero", choices=list(LAYOUTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="output folder (default out/bench/rtc-<time>)")
@@ -79,16 +84,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def rtc_config(a: argparse.Namespace, horizon: int, enabled: bool, guidance: str = "elementwise") -> RTCConfig:
     """The engines' RTC settings: fixed delay, execution horizon = the chunk length."""
-    return RTCConfig(enabled=enabled, execution_horizon=horizon, inference_delay_mode="fixed",
-                     inference_delay=a.delay, guidance=guidance).validate()
+    return RTCConfig(
+        enabled=enabled,
+        execution_horizon=horizon,
+        inference_delay_mode="fixed",
+        inference_delay=a.delay,
+        guidance=guidance,
+    ).validate()
 
 
 def build_engines(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Engine]:
     """RTC off / on (elementwise); a pool for the held benchmark prefix, a frame's and the reserve."""
     mc = policy.cfg
     prefix_blocks = -(-mc.max_prefix_len // BLOCK_SIZE)
-    cfg = EngineConfig(tasks=(), block_size=BLOCK_SIZE, kv_blocks=4 * prefix_blocks, max_running_requests=1,
-                       seed=a.seed, num_denoise_steps=a.steps, compile=a.compile)
+    cfg = EngineConfig(
+        tasks=(),
+        block_size=BLOCK_SIZE,
+        kv_blocks=4 * prefix_blocks,
+        max_running_requests=1,
+        seed=a.seed,
+        num_denoise_steps=a.steps,
+        compile=a.compile,
+    )
     cams = sum(v is not None for v in LAYOUTS[a.layout].values())
     engines = {}
     for name, on in (("off", False), ("rtc", True)):
@@ -116,8 +133,9 @@ def shared_prefix(engines: dict[str, Engine], obs: Any) -> dict[str, FramePrefix
     return out
 
 
-def make_guides(engines: dict[str, Engine], prefix: FramePrefix, a: argparse.Namespace
-                ) -> tuple[dict[str, RTCGuide], np.ndarray]:
+def make_guides(
+    engines: dict[str, Engine], prefix: FramePrefix, a: argparse.Namespace
+) -> tuple[dict[str, RTCGuide], np.ndarray]:
     """The ``elementwise`` and ``vjp`` guides of a realistic hand-over: the previous chunk (another
     noise, same prefix) shifted by ``--gap`` rows; returns them and the leftover ``[T_left, A]``."""
     e = engines["off"]
@@ -125,10 +143,20 @@ def make_guides(engines: dict[str, Engine], prefix: FramePrefix, a: argparse.Nam
     prev = e.runner.actions_normalized(prefix, frame_noise(a.seed + 1, 0, mc.action_horizon, mc.action_dim), a.steps)
     left = align_leftover(prev[0, :, :a_dim].float().cpu().numpy(), float(a.gap))
     cfg = rtc_config(a, mc.action_horizon, True)
-    guides = {form: make_guide(left, a.delay, schedule=cfg.schedule, horizon=cfg.execution_horizon,
-                               max_weight=cfg.max_guidance_weight, times=euler_times(a.steps)[0],
-                               length=mc.action_horizon, action_dim=mc.action_dim, vjp=form == "vjp")
-              for form in ("elementwise", "vjp")}
+    guides = {
+        form: make_guide(
+            left,
+            a.delay,
+            schedule=cfg.schedule,
+            horizon=cfg.execution_horizon,
+            max_weight=cfg.max_guidance_weight,
+            times=euler_times(a.steps)[0],
+            length=mc.action_horizon,
+            action_dim=mc.action_dim,
+            vjp=form == "vjp",
+        )
+        for form in ("elementwise", "vjp")
+    }
     assert all(g.active for g in guides.values())
     return guides, left
 
@@ -152,33 +180,51 @@ def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
         guides, left = make_guides(engines, prefixes["off"], a)
         mc = policy.cfg
         noise = frame_noise(a.seed, 1, mc.action_horizon, mc.action_dim)
-        calls = {"off": (engines["off"], lambda: engines["off"].runner.actions_normalized(prefixes["off"], noise, a.steps))}
+        calls = {
+            "off": (engines["off"], lambda: engines["off"].runner.actions_normalized(prefixes["off"], noise, a.steps))
+        }
         for form in ("elementwise", "vjp"):
-            calls[form] = (engines["rtc"], lambda g=guides[form]: engines["rtc"].runner.actions_normalized(
-                prefixes["rtc"], noise, a.steps, g))
+            calls[form] = (
+                engines["rtc"],
+                lambda g=guides[form]: engines["rtc"].runner.actions_normalized(prefixes["rtc"], noise, a.steps, g),
+            )
         den: dict[str, list[dict[str, Any]]] = {n: [] for n in DENOISE}
         chunk: dict[str, list[dict[str, Any]]] = {n: [] for n in CHUNK}
         outputs: dict[str, torch.Tensor] = {}
         for i in range(a.warmup + a.repeats):
             warm = i < a.warmup
-            for n in DENOISE[i % 3:] + DENOISE[: i % 3]:
+            for n in DENOISE[i % 3 :] + DENOISE[: i % 3]:
                 dt, x = _timed(*calls[n])
                 den[n].append({"rep": i, "warmup": warm, "s": dt})
                 outputs[n] = x
             o = dataclasses.replace(obs[i % len(obs)], stamp=100.0 + i * a.gap * period)
-            for n in CHUNK[i % 2:] + CHUNK[: i % 2]:
+            for n in CHUNK[i % 2 :] + CHUNK[: i % 2]:
                 chunk[n].append({"rep": i, "warmup": warm, **_chunk(engines[n], o)})
         a_dim, d = policy.normalizer.action_dim, min(a.delay, len(left))
         # how far each variant's first d rows (executed from the old chunk) are from the leftover:
         # ~0 with the guide active, O(1) for the plain flow
-        frozen = {n: float((x[0, :d, :a_dim].float().cpu() - torch.as_tensor(left[:d])).abs().max()) if d else None
-                  for n, x in outputs.items()}
+        frozen = {
+            n: float((x[0, :d, :a_dim].float().cpu() - torch.as_tensor(left[:d])).abs().max()) if d else None
+            for n, x in outputs.items()
+        }
         counts = {n: dict(e.handover.counts) for n, e in engines.items()}
-        state = {n: {k: v for k, v in e.diagnostics().items() if k.split("_")[0] in
-                     ("compiled", "graphs", "recompiles", "fallback")} for n, e in engines.items()}
-        return {"denoise": den, "chunk": chunk, "frozen_rows_err": frozen, "leftover_rows": len(left),
-                "handover_counts": counts, "compile_state": state,
-                "warmup_s": {n: e.warmup_s for n, e in engines.items()}}
+        state = {
+            n: {
+                k: v
+                for k, v in e.diagnostics().items()
+                if k.split("_")[0] in ("compiled", "graphs", "recompiles", "fallback")
+            }
+            for n, e in engines.items()
+        }
+        return {
+            "denoise": den,
+            "chunk": chunk,
+            "frozen_rows_err": frozen,
+            "leftover_rows": len(left),
+            "handover_counts": counts,
+            "compile_state": state,
+            "warmup_s": {n: e.warmup_s for n, e in engines.items()},
+        }
     finally:
         for e in engines.values():
             e.close()
@@ -193,14 +239,21 @@ def _chunk(e: Engine, obs: Any) -> dict[str, Any]:
     e.submit_observation(obs)
     r = e.step(lambda c: handed.append(time.perf_counter()))
     t1 = time.perf_counter()
-    return {"latency_s": handed[0] - t0 if handed else None, "step_s": t1 - t0,
-            "guided": e.handover.counts["guided"] > before, "error": r.error}
+    return {
+        "latency_s": handed[0] - t0 if handed else None,
+        "step_s": t1 - t0,
+        "guided": e.handover.counts["guided"] > before,
+        "error": r.error,
+    }
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
     s = sorted(samples)
-    return {"median_ms": 1e3 * statistics.median(s), "p90_ms": 1e3 * s[min(len(s) - 1, int(0.9 * len(s)))],
-            "min_ms": 1e3 * s[0]}
+    return {
+        "median_ms": 1e3 * statistics.median(s),
+        "p90_ms": 1e3 * s[min(len(s) - 1, int(0.9 * len(s)))],
+        "min_ms": 1e3 * s[0],
+    }
 
 
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
@@ -208,10 +261,16 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     median too, which drift between repetitions cannot move."""
     den = {n: _stats([r["s"] for r in raw["denoise"][n] if not r["warmup"]]) for n in DENOISE}
     meas = {n: [r for r in raw["chunk"][n] if not r["warmup"]] for n in CHUNK}
-    ch = {n: {**_stats([r["latency_s"] for r in rs if r["latency_s"] is not None]),
-              "step_median_ms": 1e3 * statistics.median(r["step_s"] for r in rs),
-              "chunks": sum(r["latency_s"] is not None for r in rs), "guided": sum(r["guided"] for r in rs),
-              "errors": sum(r["error"] is not None for r in rs)} for n, rs in meas.items()}
+    ch = {
+        n: {
+            **_stats([r["latency_s"] for r in rs if r["latency_s"] is not None]),
+            "step_median_ms": 1e3 * statistics.median(r["step_s"] for r in rs),
+            "chunks": sum(r["latency_s"] is not None for r in rs),
+            "guided": sum(r["guided"] for r in rs),
+            "errors": sum(r["error"] is not None for r in rs),
+        }
+        for n, rs in meas.items()
+    }
 
     def paired(kind: str, num: str, key: str) -> float:
         rows = zip(raw[kind][num], raw[kind]["off"])
@@ -228,32 +287,48 @@ def markdown(doc: dict[str, Any]) -> str:
     """The two tables: denoise variants, chunk latency; ratios RTC ÷ off."""
     st, env, s = doc["settings"], doc["environment"], doc["summary"]
     q, pq, fz = s["ratios"], s["paired_ratios"], doc["frozen_rows_err"]
-    lines = [f"### bench rtc — {st['preset']} on {env['device_name']} ({st['dtype']}, {env['torch_threads']} threads), "
-             f"compile {st['compile']}, S = {st['steps']}, T = {st['horizon']}, delay {st['delay']} rows, leftover "
-             f"shifted {st['gap']} rows ({doc['leftover_rows']} rows)", "",
-             f"{st['repeats']} interleaved repetitions (+ {st['warmup']} warm-up, excluded), medians; load average "
-             f"start/end {env['loadavg_start']} / {env.get('loadavg_end', '?')}; {doc['duration_s']:.0f} s.", "",
-             "| denoise (S steps, same prefix + noise) | median ms | p90 ms | × off (paired) | max err, first d rows |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"### bench rtc — {st['preset']} on {env['device_name']} ({st['dtype']}, {env['torch_threads']} threads), "
+        f"compile {st['compile']}, S = {st['steps']}, T = {st['horizon']}, delay {st['delay']} rows, leftover "
+        f"shifted {st['gap']} rows ({doc['leftover_rows']} rows)",
+        "",
+        f"{st['repeats']} interleaved repetitions (+ {st['warmup']} warm-up, excluded), medians; load average "
+        f"start/end {env['loadavg_start']} / {env.get('loadavg_end', '?')}; {doc['duration_s']:.0f} s.",
+        "",
+        "| denoise (S steps, same prefix + noise) | median ms | p90 ms | × off (paired) | max err, first d rows |",
+        "|---|---|---|---|---|",
+    ]
     names = {"off": "off (plain flow)", "elementwise": "elementwise (LeRobot)", "vjp": "vjp (paper, eager)"}
     for n in DENOISE:
         r = s["denoise"][n]
         ratio = "1.00" if n == "off" else f"{q['denoise_' + n]:.2f} ({pq['denoise_' + n]:.2f})"
         err = "–" if fz.get(n) is None else f"{fz[n]:.3f}"
         lines.append(f"| {names[n]} | {r['median_ms']:.2f} | {r['p90_ms']:.2f} | {ratio} | {err} |")
-    lines += ["", "| chunk latency (obs → chunk) | median ms | p90 ms | step ms | × off (paired) | guided |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| chunk latency (obs → chunk) | median ms | p90 ms | step ms | × off (paired) | guided |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in CHUNK:
         r = s["chunk"][n]
         ratio = "1.00" if n == "off" else f"{q['chunk_latency_rtc']:.2f} ({pq['chunk_latency_rtc']:.2f})"
-        lines.append(f"| {'RTC elementwise' if n == 'rtc' else 'off'} | {r['median_ms']:.2f} | {r['p90_ms']:.2f} | "
-                     f"{r['step_median_ms']:.2f} | {ratio} | {r['guided']}/{r['chunks']} |")
-    bad = [f"{n}: {k} {v}" for n, c in doc["compile_state"].items() for k, v in c.items()
-           if k.startswith(("recompiles_", "fallback_"))]
+        lines.append(
+            f"| {'RTC elementwise' if n == 'rtc' else 'off'} | {r['median_ms']:.2f} | {r['p90_ms']:.2f} | "
+            f"{r['step_median_ms']:.2f} | {ratio} | {r['guided']}/{r['chunks']} |"
+        )
+    bad = [
+        f"{n}: {k} {v}"
+        for n, c in doc["compile_state"].items()
+        for k, v in c.items()
+        if k.startswith(("recompiles_", "fallback_"))
+    ]
     if st["compile"] != "none":
         stages = {n: c.get("compiled_stages") for n, c in doc["compile_state"].items()}
-        lines += ["", f"Compiled stages: {stages}; warm-up s {doc['warmup_s']}; "
-                  + ("**" + "; ".join(bad) + "**" if bad else "no recompile after warm-up")]
+        lines += [
+            "",
+            f"Compiled stages: {stages}; warm-up s {doc['warmup_s']}; "
+            + ("**" + "; ".join(bad) + "**" if bad else "no recompile after warm-up"),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -261,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bench rtc``; returns the exit status (2: CUDA asked for but absent)."""
     a = parse_args(argv)
     if (a.device or "").startswith("cuda") and not torch.cuda.is_available():
-        print(f"bench rtc: --device {a.device} needs a CUDA device, but torch.cuda.is_available() is False "
-              f"(torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'})", file=sys.stderr)
+        print(
+            f"bench rtc: --device {a.device} needs a CUDA device, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'})",
+            file=sys.stderr,
+        )
         return 2
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -274,15 +352,26 @@ def main(argv: list[str] | None = None) -> int:
     policy = Pi05Policy.from_pretrained(a.preset, device=device, dtype=dtype, seed=a.seed, config_overrides=over)
     build_s = time.perf_counter() - t0
     raw = run(policy, a)
-    settings = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}, "device": str(device),
-                "dtype": str(dtype).removeprefix("torch."), "horizon": policy.cfg.action_horizon,
-                "action_dim": policy.normalizer.action_dim, "model_build_s": build_s,
-                "rtc": dataclasses.asdict(rtc_config(a, policy.cfg.action_horizon, True)),
-                "interleave": "per repetition, order rotated; denoise variants then one chunk per engine"}
-    doc = {"schema": "oxygen_ros.bench.rtc/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "argv": sys.argv[1:] if argv is None else list(argv), "settings": settings,
-           "environment": finish_environment(env), "summary": summarize(raw), **raw,
-           "duration_s": time.perf_counter() - t0}
+    settings = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "horizon": policy.cfg.action_horizon,
+        "action_dim": policy.normalizer.action_dim,
+        "model_build_s": build_s,
+        "rtc": dataclasses.asdict(rtc_config(a, policy.cfg.action_horizon, True)),
+        "interleave": "per repetition, order rotated; denoise variants then one chunk per engine",
+    }
+    doc = {
+        "schema": "oxygen_ros.bench.rtc/1",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "settings": settings,
+        "environment": finish_environment(env),
+        "summary": summarize(raw),
+        **raw,
+        "duration_s": time.perf_counter() - t0,
+    }
     out = a.out or Path("out/bench") / f"rtc-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=float))

@@ -36,7 +36,9 @@ TARGET_RATIO = 1.15
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command line of ``bench schedules``."""
     ap = argparse.ArgumentParser(prog="bench schedules", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="40 measured frames per engine (the table in docs/benchmark.md)")
+    ap.add_argument(
+        "--quick", action="store_true", help="40 measured frames per engine (the table in docs/benchmark.md)"
+    )
     ap.add_argument("--preset", default=None, help="model preset (default pi05-small on CPU, pi05 on CUDA)")
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     ap.add_argument("--layout", default="libero", choices=["libero", "droid", "aloha"])
@@ -63,9 +65,19 @@ def engine_config(schedule: str, a: argparse.Namespace, prefix_tokens: int, max_
     bs = 16
     live = -(-a.tokens // a.k) + 2
     blocks = live * (-(-prefix_tokens // bs) + -(-a.tokens // bs)) + 3 * -(-max_prefix // bs)
-    return EngineConfig(mode="unified", schedule=schedule, batcher_policy=a.policy, tokens_per_frame=a.k,
-                        block_size=bs, kv_blocks=blocks, max_running_requests=live, max_queued_requests=64,
-                        seed=a.seed, num_denoise_steps=a.steps, tasks=(TaskConfig(TASK, "", max_new_tokens=a.tokens),))
+    return EngineConfig(
+        mode="unified",
+        schedule=schedule,
+        batcher_policy=a.policy,
+        tokens_per_frame=a.k,
+        block_size=bs,
+        kv_blocks=blocks,
+        max_running_requests=live,
+        max_queued_requests=64,
+        seed=a.seed,
+        num_denoise_steps=a.steps,
+        tasks=(TaskConfig(TASK, "", max_new_tokens=a.tokens),),
+    )
 
 
 def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
@@ -75,8 +87,10 @@ def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
     obs = observations(a.layout, 4, a.seed + 17)
     prefix_tokens = policy.encode_observation(obs[0]).prefix_len
     names = [f"{s}{'+language' if lang else ''}" for s, lang in ENGINES]
-    engines = {n: make_engine(policy, engine_config(s, a, prefix_tokens, policy.cfg.max_prefix_len), a.threads)
-               for n, (s, _) in zip(names, ENGINES)}
+    engines = {
+        n: make_engine(policy, engine_config(s, a, prefix_tokens, policy.cfg.max_prefix_len), a.threads)
+        for n, (s, _) in zip(names, ENGINES)
+    }
     lang = {n: la for n, (_, la) in zip(names, ENGINES)}
     warm = -(-a.tokens // a.k) + 5
     recs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -84,7 +98,7 @@ def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
     rnd = 0
     try:
         while min(done.values()) < warm + a.frames:
-            for n in names[rnd % 4:] + names[: rnd % 4]:
+            for n in names[rnd % 4 :] + names[: rnd % 4]:
                 e = engines[n]
                 e.meter.reset()  # a new round: no interval across another engine's frames
                 for _ in range(a.block if done[n] >= warm else warm):
@@ -94,9 +108,15 @@ def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
                         e.submit_request(TASK, "", a.tokens, temperature=0.0)
                     m = e.step().metrics
                     done[n] += 1
-                    recs[n].append({"frame": f, "warmup": f < warm, "T": m.frame_time, "tokens": m.tokens_emitted,
-                                    **{k: m.extra.get(k) for k in ("chunk_latency", "chunk_interval",
-                                                                   "batcher_busy")}})
+                    recs[n].append(
+                        {
+                            "frame": f,
+                            "warmup": f < warm,
+                            "T": m.frame_time,
+                            "tokens": m.tokens_emitted,
+                            **{k: m.extra.get(k) for k in ("chunk_latency", "chunk_interval", "batcher_busy")},
+                        }
+                    )
                 t_flush = time.perf_counter()
                 tail = e.flush().metrics.tokens_emitted  # the round's last grants, before the next engine
                 recs[n][-1]["tokens"] += tail
@@ -114,12 +134,17 @@ def summarize(name: str, frames: list[dict[str, Any]]) -> dict[str, Any]:
     iv = [f["chunk_interval"] for f in fr if f["chunk_interval"] is not None]
     busy = [f["batcher_busy"] for f in fr if f["batcher_busy"] is not None]
     wall = sum(f["T"] + f.get("flush_s", 0.0) for f in fr)
-    return {"engine": name, "frames": len(fr),
-            "chunk_interval_ms": 1e3 * statistics.fmean(iv), "chunk_interval_p90_ms": 1e3 * _p90(iv),
-            "chunk_latency_ms": 1e3 * statistics.fmean(f["chunk_latency"] for f in fr),
-            "action_hz": None, "tok_s": sum(f["tokens"] for f in fr) / wall if wall else 0.0,
-            "tokens_per_frame": sum(f["tokens"] for f in fr) / len(fr),
-            "batcher_busy": statistics.fmean(busy) if busy else 0.0}
+    return {
+        "engine": name,
+        "frames": len(fr),
+        "chunk_interval_ms": 1e3 * statistics.fmean(iv),
+        "chunk_interval_p90_ms": 1e3 * _p90(iv),
+        "chunk_latency_ms": 1e3 * statistics.fmean(f["chunk_latency"] for f in fr),
+        "action_hz": None,
+        "tok_s": sum(f["tokens"] for f in fr) / wall if wall else 0.0,
+        "tokens_per_frame": sum(f["tokens"] for f in fr) / len(fr),
+        "batcher_busy": statistics.fmean(busy) if busy else 0.0,
+    }
 
 
 def _p90(xs: list[float]) -> float:
@@ -133,8 +158,9 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for s in ("serial", "concurrent"):
         out[f"{s}_chunk_ratio"] = rows[f"{s}+language"]["chunk_interval_ms"] / rows[s]["chunk_interval_ms"]
         out[f"{s}_latency_ratio"] = rows[f"{s}+language"]["chunk_latency_ms"] / rows[s]["chunk_latency_ms"]
-    out["tok_s_concurrent_over_serial"] = (rows["concurrent+language"]["tok_s"]
-                                           / max(rows["serial+language"]["tok_s"], 1e-9))
+    out["tok_s_concurrent_over_serial"] = rows["concurrent+language"]["tok_s"] / max(
+        rows["serial+language"]["tok_s"], 1e-9
+    )
     out["target_chunk_ratio_met"] = out["concurrent_chunk_ratio"] <= TARGET_RATIO
     out["target_tok_s_met"] = out["tok_s_concurrent_over_serial"] >= 1.0
     return out
@@ -143,20 +169,28 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def markdown(doc: dict[str, Any]) -> str:
     """The table of docs/benchmark.md ("Schedules: serial vs concurrent")."""
     s = doc["settings"]
-    lines = [f"schedules — {s['preset']} on {s['device']}, {s['threads']} torch thread(s) per loop, "
-             f"{s['layout']}, S={s['steps']}, H={s['horizon']}, language: 1 request/frame, N={s['tokens']}, "
-             f"k={s['k']}, batcher policy {s['policy']}; {s['frames']} measured frames per engine",
-             "", "| engine | chunk interval ms (p90) | chunk latency ms | action Hz | tok/s | tokens/frame | "
-             "batcher busy |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"schedules — {s['preset']} on {s['device']}, {s['threads']} torch thread(s) per loop, "
+        f"{s['layout']}, S={s['steps']}, H={s['horizon']}, language: 1 request/frame, N={s['tokens']}, "
+        f"k={s['k']}, batcher policy {s['policy']}; {s['frames']} measured frames per engine",
+        "",
+        "| engine | chunk interval ms (p90) | chunk latency ms | action Hz | tok/s | tokens/frame | batcher busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in doc["rows"].values():
-        lines.append(f"| {r['engine']} | {r['chunk_interval_ms']:.1f} ({r['chunk_interval_p90_ms']:.1f}) | "
-                     f"{r['chunk_latency_ms']:.1f} | {r['action_hz']:.1f} | {r['tok_s']:.1f} | "
-                     f"{r['tokens_per_frame']:.2f} | {r['batcher_busy']:.2f} |")
+        lines.append(
+            f"| {r['engine']} | {r['chunk_interval_ms']:.1f} ({r['chunk_interval_p90_ms']:.1f}) | "
+            f"{r['chunk_latency_ms']:.1f} | {r['action_hz']:.1f} | {r['tok_s']:.1f} | "
+            f"{r['tokens_per_frame']:.2f} | {r['batcher_busy']:.2f} |"
+        )
     q = doc["ratios"]
-    lines += ["", f"chunk interval with ÷ without language: serial {q['serial_chunk_ratio']:.3f}, concurrent "
-              f"{q['concurrent_chunk_ratio']:.3f} (target ≤ {TARGET_RATIO}: "
-              f"{'met' if q['target_chunk_ratio_met'] else 'NOT met'}); language tok/s concurrent ÷ serial "
-              f"{q['tok_s_concurrent_over_serial']:.2f} (target ≥ 1: {'met' if q['target_tok_s_met'] else 'NOT met'})"]
+    lines += [
+        "",
+        f"chunk interval with ÷ without language: serial {q['serial_chunk_ratio']:.3f}, concurrent "
+        f"{q['concurrent_chunk_ratio']:.3f} (target ≤ {TARGET_RATIO}: "
+        f"{'met' if q['target_chunk_ratio_met'] else 'NOT met'}); language tok/s concurrent ÷ serial "
+        f"{q['tok_s_concurrent_over_serial']:.2f} (target ≥ 1: {'met' if q['target_tok_s_met'] else 'NOT met'})",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -170,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("bench schedules: --device cuda needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        print(
+            "bench schedules: --device cuda needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr
+        )
         return 2
     if device.type == "cpu" and a.threads > 0:
         torch.set_num_threads(a.threads)  # the serial engines get the same per-loop threads
@@ -178,18 +214,29 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     t0 = time.perf_counter()
     env = environment(device, dtype)
-    policy = Pi05Policy.from_pretrained(preset, device=device, dtype=dtype, seed=a.seed,
-                                        config_overrides={"action_horizon": a.horizon})
+    policy = Pi05Policy.from_pretrained(
+        preset, device=device, dtype=dtype, seed=a.seed, config_overrides={"action_horizon": a.horizon}
+    )
     policy.eos_id = -1  # every request emits exactly N tokens
     recs = run(policy, a)
     rows = {n: summarize(n, fr) for n, fr in recs.items()}
     for r in rows.values():
         r["action_hz"] = a.horizon / (r["chunk_interval_ms"] / 1e3)
-    doc = {"schema": "oxygen_ros.bench.schedules/1", "argv": sys.argv[1:] if argv is None else list(argv),
-           "settings": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-                        "preset": preset, "device": str(device), "dtype": str(dtype).removeprefix("torch.")},
-           "environment": finish_environment(env), "rows": rows, "ratios": ratios(rows), "frames": recs,
-           "duration_s": time.perf_counter() - t0}
+    doc = {
+        "schema": "oxygen_ros.bench.schedules/1",
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "settings": {
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            "preset": preset,
+            "device": str(device),
+            "dtype": str(dtype).removeprefix("torch."),
+        },
+        "environment": finish_environment(env),
+        "rows": rows,
+        "ratios": ratios(rows),
+        "frames": recs,
+        "duration_s": time.perf_counter() - t0,
+    }
     out = a.out or Path("out/bench") / f"schedules-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=float))

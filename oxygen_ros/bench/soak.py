@@ -30,9 +30,9 @@ schedules give the same tokens.
 from __future__ import annotations
 
 import argparse
-import os
 import gc
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -52,8 +52,10 @@ if TYPE_CHECKING:
     from ..core.engine.engine import Engine
     from ..core.policy import Pi05Policy
 
-TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=16),
-         TaskConfig("memory", "Memory: ", max_new_tokens=6, every_n_frames=50))
+TASKS = (
+    TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=16),
+    TaskConfig("memory", "Memory: ", max_new_tokens=6, every_n_frames=50),
+)
 RSS_FRAME = 1000
 
 
@@ -61,8 +63,16 @@ def soak_config(schedule: str = "serial") -> EngineConfig:
     """Engine of the soak: k = 2, a 40-block pool (room for ~5 requests in flight beside the action
     path while ~6 arrive per lifetime: near exhaustion), bounded queue, no wall-clock expiry (both
     runs must admit alike)."""
-    return EngineConfig(tasks=TASKS, tokens_per_frame=2, kv_blocks=40, max_running_requests=8,
-                        max_queued_requests=8, max_queue_wait_s=0.0, max_overtakes=4, schedule=schedule)
+    return EngineConfig(
+        tasks=TASKS,
+        tokens_per_frame=2,
+        kv_blocks=40,
+        max_running_requests=8,
+        max_queued_requests=8,
+        max_queue_wait_s=0.0,
+        max_overtakes=4,
+        schedule=schedule,
+    )
 
 
 @dataclass
@@ -165,8 +175,9 @@ def _cancel_last_step(eng: Engine, rep: RunReport) -> None:
             return
 
 
-def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, progress: bool = False,
-        schedule: str = "serial") -> RunReport:
+def run(
+    policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, progress: bool = False, schedule: str = "serial"
+) -> RunReport:
     """One run of ``plans`` (faults only when ``chaos``) on the ``schedule``'s engine. In the
     concurrent schedule the per-frame check pauses the batcher after its grant, so a fault armed
     for a frame fires in that frame's language work (as in the serial schedule)."""
@@ -182,10 +193,18 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
     t0 = time.perf_counter()
     with FaultInjector(eng) as inj:
         for f, p in enumerate(plans):
-            eng.submit_observation(Observation(images=images[f % len(images)], state=rng.uniform(-1, 1, 14)
-                                               .astype(np.float32), instruction=p.instruction, stamp=f * 0.02))
-            asked += [eng.submit_request("conversation", t, n, temperature=tp, seed=s, stop_ids=st)
-                      for t, n, tp, s, st in p.asks]
+            eng.submit_observation(
+                Observation(
+                    images=images[f % len(images)],
+                    state=rng.uniform(-1, 1, 14).astype(np.float32),
+                    instruction=p.instruction,
+                    stamp=f * 0.02,
+                )
+            )
+            asked += [
+                eng.submit_request("conversation", t, n, temperature=tp, seed=s, stop_ids=st)
+                for t, n, tp, s, st in p.asks
+            ]
             for i in p.cancels:
                 eng.cancel(asked[i])
             if p.last_step_cancel:
@@ -194,8 +213,12 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
                 inj.arm_nan_row(p.nan_row)
             elif chaos and p.fault:
                 stage, _, oom = p.fault.partition(":")
-                inj.arm(stage, torch.OutOfMemoryError(f"CUDA out of memory (injected in {stage})") if oom
-                        else RuntimeError(f"injected fault in {stage}"))
+                inj.arm(
+                    stage,
+                    torch.OutOfMemoryError(f"CUDA out of memory (injected in {stage})")
+                    if oom
+                    else RuntimeError(f"injected fault in {stage}"),
+                )
             r = eng.step()
             _record(eng, r, rep)
             inj.disarm()  # a fault whose stage did not run this frame is not carried over
@@ -203,8 +226,11 @@ def run(policy: Pi05Policy, plans: list[FramePlan], seed: int, chaos: bool, prog
                 gc.collect()
                 rep.rss_mib[f + 1] = proc.memory_info().rss / 2**20
             if progress and (f + 1) % 1000 == 0:
-                print(f"  {'chaos' if chaos else 'reference'} frame {f + 1}: {time.perf_counter() - t0:.0f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {'chaos' if chaos else 'reference'} frame {f + 1}: {time.perf_counter() - t0:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         rep.injected = Counter(k for k, _ in inj.fired)
     while eng.in_flight or getattr(eng, "busy", False):  # drain: nothing new, every request ends
         eng.submit_observation(Observation(images=images[0], state=np.zeros(14, np.float32), instruction="x"))
@@ -254,8 +280,9 @@ def compare(ref: RunReport, chaos: RunReport) -> dict[str, int]:
     return dict(out)
 
 
-def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False,
-         schedule: str = "serial") -> dict:
+def soak(
+    frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False, schedule: str = "serial"
+) -> dict:
     """Both runs and the checks; returns the report (see module doc). ``threads``: torch intra-op
     threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes);
     ``schedule``: the chaos run's schedule (the reference is serial)."""
@@ -273,21 +300,40 @@ def soak(frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool =
     rss = chaos.rss_mib
     lost = chaos.submitted - len(chaos.results)
     report = {
-        "frames": frames, "seed": seed, "schedule": schedule, "requests": len(chaos.results),
-        "requests_submitted": chaos.submitted, "requests_lost": lost, "requests_ended_twice": chaos.ended_twice,
+        "frames": frames,
+        "seed": seed,
+        "schedule": schedule,
+        "requests": len(chaos.results),
+        "requests_submitted": chaos.submitted,
+        "requests_lost": lost,
+        "requests_ended_twice": chaos.ended_twice,
         "request_counts": chaos.counts,
-        "faults_injected": dict(sorted(chaos.injected.items())), "faults_contained": chaos.faults,
-        "invariant_checks": chaos.invariant_checks, "idle_frames_with_blocks_in_use": chaos.idle_leaks,
-        "leaked_blocks": chaos.leaked_blocks, "reference_leaked_blocks": ref.leaked_blocks,
-        "frames_without_chunk": chaos.dropped_frames, "pool_blocks": soak_config().kv_blocks,
-        "peak_blocks_in_use_after_frame": chaos.peak_blocks, "frames_with_queued_requests": chaos.frames_with_queue, "statuses": dict(chaos.statuses), "comparison": cmp,
-        "rss_mib_at_1000": round(rss.get(RSS_FRAME, float("nan")), 1), "rss_mib_at_end": round(rss[frames], 1),
+        "faults_injected": dict(sorted(chaos.injected.items())),
+        "faults_contained": chaos.faults,
+        "invariant_checks": chaos.invariant_checks,
+        "idle_frames_with_blocks_in_use": chaos.idle_leaks,
+        "leaked_blocks": chaos.leaked_blocks,
+        "reference_leaked_blocks": ref.leaked_blocks,
+        "frames_without_chunk": chaos.dropped_frames,
+        "pool_blocks": soak_config().kv_blocks,
+        "peak_blocks_in_use_after_frame": chaos.peak_blocks,
+        "frames_with_queued_requests": chaos.frames_with_queue,
+        "statuses": dict(chaos.statuses),
+        "comparison": cmp,
+        "rss_mib_at_1000": round(rss.get(RSS_FRAME, float("nan")), 1),
+        "rss_mib_at_end": round(rss[frames], 1),
         "seconds": {"reference": round(ref.seconds, 1), "chaos": round(chaos.seconds, 1)},
     }
-    report["ok"] = bool(chaos.leaked_blocks == 0 and ref.leaked_blocks == 0 and chaos.idle_leaks == 0
-                        and lost == 0 and chaos.ended_twice == 0 and ref.submitted == len(ref.results)
-                        and not cmp.get("mismatched") and (frames < RSS_FRAME + 500
-                                                           or report["rss_mib_at_end"] - report["rss_mib_at_1000"] < 32))
+    report["ok"] = bool(
+        chaos.leaked_blocks == 0
+        and ref.leaked_blocks == 0
+        and chaos.idle_leaks == 0
+        and lost == 0
+        and chaos.ended_twice == 0
+        and ref.submitted == len(ref.results)
+        and not cmp.get("mismatched")
+        and (frames < RSS_FRAME + 500 or report["rss_mib_at_end"] - report["rss_mib_at_1000"] < 32)
+    )
     return report
 
 
@@ -297,8 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    ap.add_argument("--schedule", choices=("serial", "concurrent"), default="serial",
-                    help="schedule of the chaos run (the fault-free reference is serial)")
+    ap.add_argument(
+        "--schedule",
+        choices=("serial", "concurrent"),
+        default="serial",
+        help="schedule of the chaos run (the fault-free reference is serial)",
+    )
     ap.add_argument("--json", help="also write the report to this file")
     a = ap.parse_args(argv)
     report = soak(a.frames, a.seed, a.threads, progress=True, schedule=a.schedule)

@@ -22,8 +22,11 @@ LAYOUTS: dict[str, dict[str, tuple[int, int] | None]] = {
     "droid": {"base_0_rgb": (180, 320), "left_wrist_0_rgb": (180, 320), "right_wrist_0_rgb": None},
     "aloha": {"base_0_rgb": (480, 640), "left_wrist_0_rgb": (480, 640), "right_wrist_0_rgb": (480, 640)},
 }
-INSTRUCTIONS = {"libero": "put the black bowl on the plate", "droid": "put the marker in the cup",
-                "aloha": "transfer the cube to the other arm"}
+INSTRUCTIONS = {
+    "libero": "put the black bowl on the plate",
+    "droid": "put the marker in the cup",
+    "aloha": "transfer the cube to the other arm",
+}
 ARRIVAL_KINDS = ("uniform", "poisson", "mix")
 STATE_DIM = 14  # one random-weight policy serves every layout (identity stats of this dimension)
 
@@ -39,8 +42,14 @@ def observations(layout: str, count: int, seed: int) -> list[Observation]:
     out = []
     for i in range(count):
         imgs = {s: None if hw is None else rng.integers(0, 256, (*hw, 3), dtype=np.uint8) for s, hw in slots.items()}
-        out.append(Observation(images=imgs, state=rng.uniform(-1, 1, STATE_DIM).astype(np.float32),
-                               instruction=INSTRUCTIONS[layout], stamp=float(i)))
+        out.append(
+            Observation(
+                images=imgs,
+                state=rng.uniform(-1, 1, STATE_DIM).astype(np.float32),
+                instruction=INSTRUCTIONS[layout],
+                stamp=float(i),
+            )
+        )
     return out
 
 
@@ -89,12 +98,12 @@ class BenchPoint:
     """One configuration of the sweep; every mode runs it on identical inputs."""
 
     layout: str
-    steps: int        # S denoise steps
-    tokens: int       # N tokens per request (mean N for ``mix``)
-    k: int            # decode steps per frame in unified mode
-    arrival: str      # e.g. "uniform:1"
-    horizon: int      # H actions per chunk
-    frames: int       # measured frames
+    steps: int  # S denoise steps
+    tokens: int  # N tokens per request (mean N for ``mix``)
+    k: int  # decode steps per frame in unified mode
+    arrival: str  # e.g. "uniform:1"
+    horizon: int  # H actions per chunk
+    frames: int  # measured frames
     seed: int = 0
     compile: str = "none"  # engine.compile of every mode at this point
 
@@ -115,8 +124,9 @@ class BenchPoint:
         return {**asdict(self), "warmup": self.warmup, "key": self.key}
 
 
-def product_points(layouts, steps, tokens, ks, arrivals, horizon: int, frames: int, seed: int,
-                   compiles=("none",)) -> list[BenchPoint]:
+def product_points(
+    layouts, steps, tokens, ks, arrivals, horizon: int, frames: int, seed: int, compiles=("none",)
+) -> list[BenchPoint]:
     """Cartesian product of the axes; ``ks=None`` → every divisor of N, else those in ``ks`` dividing N.
     Compile modes vary slowest, so eager and compiled points of one run share its conditions."""
     pts = []
@@ -133,10 +143,32 @@ def paper_sweep(horizon: int, frames: int, seed: int) -> list[BenchPoint]:
     around = dict(tokens=[30], ks=[1, 5], horizon=horizon, frames=frames, seed=seed)
     pts += product_points(["droid", "aloha"], [10], arrivals=["uniform:1"], **around)
     pts += product_points(["libero"], [5, 15, 20], arrivals=["uniform:1"], **around)
-    pts += product_points(["libero"], [10], arrivals=["uniform:0.25", "uniform:0.5", "uniform:2", "uniform:4",
-                                                      "poisson:0.5", "poisson:1", "poisson:2", "mix:1"], **around)
+    pts += product_points(
+        ["libero"],
+        [10],
+        arrivals=[
+            "uniform:0.25",
+            "uniform:0.5",
+            "uniform:2",
+            "uniform:4",
+            "poisson:0.5",
+            "poisson:1",
+            "poisson:2",
+            "mix:1",
+        ],
+        **around,
+    )
     return pts
 
 
-__all__ = ["LAYOUTS", "ARRIVAL_KINDS", "observations", "parse_arrival", "arrival_schedule", "divisors",
-           "BenchPoint", "product_points", "paper_sweep"]
+__all__ = [
+    "LAYOUTS",
+    "ARRIVAL_KINDS",
+    "observations",
+    "parse_arrival",
+    "arrival_schedule",
+    "divisors",
+    "BenchPoint",
+    "product_points",
+    "paper_sweep",
+]

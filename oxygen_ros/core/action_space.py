@@ -53,7 +53,7 @@ def aloha_gripper_to_angular(value: np.ndarray) -> np.ndarray:
     """
     lin = _unnorm(np.asarray(value, np.float64), 0.01844, 0.05800)
     arm, horn = 0.036, 0.022
-    rad = np.arcsin(np.clip((horn ** 2 + lin ** 2 - arm ** 2) / (2 * horn * lin), -1.0, 1.0))
+    rad = np.arcsin(np.clip((horn**2 + lin**2 - arm**2) / (2 * horn * lin), -1.0, 1.0))
     return _norm(rad, 0.5476, 1.6296)
 
 
@@ -89,8 +89,9 @@ class ActionSpaceConfig:
     gripper_joints: tuple[str, ...] = ()
     gripper_conversion: str = "none"
 
-    def validate(self) -> "ActionSpaceConfig":
+    def validate(self) -> ActionSpaceConfig:
         """Raise :class:`ConfigError` naming the first invalid field."""
+
         def bad(name: str, value: object, why: str) -> ConfigError:
             return ConfigError(f"action_space.{name}={value!r} is invalid: {why}")
 
@@ -103,15 +104,24 @@ class ActionSpaceConfig:
             if len(set(v)) != len(v):
                 raise bad(name, list(v), "names must be unique")
         if self.absolute_joints and self.kind in ("absolute", "ee_delta"):
-            raise bad("absolute_joints", list(self.absolute_joints),
-                      f"only meaningful with kind delta or velocity (kind is {self.kind!r}); "
-                      "set action_space.absolute_joints: []")
+            raise bad(
+                "absolute_joints",
+                list(self.absolute_joints),
+                f"only meaningful with kind delta or velocity (kind is {self.kind!r}); "
+                "set action_space.absolute_joints: []",
+            )
         if bool(self.gripper_joints) != (self.gripper_conversion != "none"):
-            raise bad("gripper_joints", list(self.gripper_joints),
-                      f"gripper_joints and gripper_conversion (={self.gripper_conversion!r}) go together")
+            raise bad(
+                "gripper_joints",
+                list(self.gripper_joints),
+                f"gripper_joints and gripper_conversion (={self.gripper_conversion!r}) go together",
+            )
         if self.kind == "velocity" and set(self.gripper_joints) - set(self.absolute_joints):
-            raise bad("gripper_joints", list(self.gripper_joints),
-                      "a gripper conversion applies to positions: list these joints in absolute_joints too")
+            raise bad(
+                "gripper_joints",
+                list(self.gripper_joints),
+                "a gripper conversion applies to positions: list these joints in absolute_joints too",
+            )
         return self
 
 
@@ -148,8 +158,12 @@ class ActionSpace:
             state dim of its name (named).
     """
 
-    def __init__(self, cfg: ActionSpaceConfig, joint_names: tuple[str, ...] | list[str],
-                 state_names: tuple[str, ...] | list[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ActionSpaceConfig,
+        joint_names: tuple[str, ...] | list[str],
+        state_names: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
         self.cfg = cfg.validate()
         self.joint_names = tuple(joint_names)
         self.state_names = tuple(state_names) if state_names else self.joint_names
@@ -172,10 +186,13 @@ class ActionSpace:
         self.velocity = ~self.absolute if cfg.kind == "velocity" else np.zeros(len(self.joint_names), bool)
         no_state = [j for j, d in zip(self.joint_names, self.delta) if d and j not in self.state_names]
         if no_state:
-            raise ConfigError(f"action_space.kind='delta': joints {no_state} have no state dim of that name "
-                              f"(state_joint_names {list(self.state_names)}); list them in action_space.absolute_joints")
-        self.anchor = np.array([self.state_names.index(j) if d else 0 for j, d in zip(self.joint_names, self.delta)],
-                               dtype=np.int64)
+            raise ConfigError(
+                f"action_space.kind='delta': joints {no_state} have no state dim of that name "
+                f"(state_joint_names {list(self.state_names)}); list them in action_space.absolute_joints"
+            )
+        self.anchor = np.array(
+            [self.state_names.index(j) if d else 0 for j, d in zip(self.joint_names, self.delta)], dtype=np.int64
+        )
 
     @property
     def kind(self) -> str:
@@ -267,8 +284,14 @@ def checkpoint_convention(raw_config: dict, processor_steps: list[dict] | None =
     Returns:
         ``{"relative": bool, "exclude": [...], "action_names": [...] | None, "source": str}``.
     """
-    step = next((s.get("config", {}) for s in processor_steps or []
-                 if s.get("registry_name") in ("relative_actions_processor", "delta_actions_processor")), None)
+    step = next(
+        (
+            s.get("config", {})
+            for s in processor_steps or []
+            if s.get("registry_name") in ("relative_actions_processor", "delta_actions_processor")
+        ),
+        None,
+    )
     if "use_relative_actions" not in raw_config and step is None:
         return None
     rel = bool(raw_config.get("use_relative_actions", False)) or bool((step or {}).get("enabled", False))
@@ -297,31 +320,57 @@ def check_against_checkpoint(space: ActionSpace, convention: dict | None, where:
     """
     if convention is None:
         return
-    openpi_only = [name for name, on in (("action_space.flip_joints", space.cfg.flip_joints),
-                                         ("action_space.gripper_conversion", space.cfg.gripper_conversion != "none"))
-                   if on]
+    openpi_only = [
+        name
+        for name, on in (
+            ("action_space.flip_joints", space.cfg.flip_joints),
+            ("action_space.gripper_conversion", space.cfg.gripper_conversion != "none"),
+        )
+        if on
+    ]
     if openpi_only:
-        raise ConfigError(f"{' and '.join(openpi_only)} are openpi's ALOHA runtime conventions (openpi "
-                          f"src/openpi/policies/aloha_policy.py, adapt_to_pi), but {where} is a LeRobot checkpoint "
-                          "(it says " + convention["source"] + "), whose processors flip no joint and convert no "
-                          "gripper: for a LeRobot pi0.5 ALOHA checkpoint use config/aloha_lerobot.yaml, otherwise "
-                          "leave them unset")
+        raise ConfigError(
+            f"{' and '.join(openpi_only)} are openpi's ALOHA runtime conventions (openpi "
+            f"src/openpi/policies/aloha_policy.py, adapt_to_pi), but {where} is a LeRobot checkpoint "
+            "(it says " + convention["source"] + "), whose processors flip no joint and convert no "
+            "gripper: for a LeRobot pi0.5 ALOHA checkpoint use config/aloha_lerobot.yaml, otherwise "
+            "leave them unset"
+        )
     if not convention["relative"]:
         if space.kind == "delta":
-            raise ConfigError(f"action_space.kind='delta' but {where} says {convention['source']}: the checkpoint "
-                              "outputs absolute positions; set action_space.kind: absolute")
+            raise ConfigError(
+                f"action_space.kind='delta' but {where} says {convention['source']}: the checkpoint "
+                "outputs absolute positions; set action_space.kind: absolute"
+            )
         return
     if space.kind != "delta":
-        raise ConfigError(f"action_space.kind={space.kind!r} but {where} says {convention['source']}: the checkpoint "
-                          "outputs joint deltas relative to the state; set action_space.kind: delta")
+        raise ConfigError(
+            f"action_space.kind={space.kind!r} but {where} says {convention['source']}: the checkpoint "
+            "outputs joint deltas relative to the state; set action_space.kind: delta"
+        )
     names = convention["action_names"] or space.joint_names
     tokens = [str(t).lower() for t in convention["exclude"] if t]
-    expected = [j for j, n in zip(space.joint_names, names)
-                if convention["action_names"] and any(t in str(n).lower() for t in tokens)]
+    expected = [
+        j
+        for j, n in zip(space.joint_names, names)
+        if convention["action_names"] and any(t in str(n).lower() for t in tokens)
+    ]
     if sorted(expected) != sorted(space.cfg.absolute_joints):
-        raise ConfigError(f"action_space.absolute_joints={list(space.cfg.absolute_joints)} but {where} says "
-                          f"{convention['source']}, which keeps {expected} absolute")
+        raise ConfigError(
+            f"action_space.absolute_joints={list(space.cfg.absolute_joints)} but {where} says "
+            f"{convention['source']}, which keeps {expected} absolute"
+        )
 
 
-__all__ = ["checkpoint_convention", "check_against_checkpoint", "KINDS", "GRIPPER_CONVERSIONS", "ActionSpaceConfig", "ActionSpace", "RobotCommand",
-           "aloha_gripper_to_angular", "aloha_gripper_from_angular", "aloha_gripper_from_angular_inv"]
+__all__ = [
+    "checkpoint_convention",
+    "check_against_checkpoint",
+    "KINDS",
+    "GRIPPER_CONVERSIONS",
+    "ActionSpaceConfig",
+    "ActionSpace",
+    "RobotCommand",
+    "aloha_gripper_to_angular",
+    "aloha_gripper_from_angular",
+    "aloha_gripper_from_angular_inv",
+]

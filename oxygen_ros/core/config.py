@@ -70,8 +70,9 @@ class GemmaConfig:
         for name in ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads", "head_dim"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v > 0, owner, name, v, "must be a positive int")
-        _check(self.num_heads % self.num_kv_heads == 0, owner, "num_kv_heads", self.num_kv_heads,
-               "must divide num_heads")
+        _check(
+            self.num_heads % self.num_kv_heads == 0, owner, "num_kv_heads", self.num_kv_heads, "must divide num_heads"
+        )
         _check(self.head_dim % 2 == 0, owner, "head_dim", self.head_dim, "must be even (RoPE)")
         _check(self.rope_theta > 0, owner, "rope_theta", self.rope_theta, "must be > 0")
         _check(self.rms_norm_eps > 0, owner, "rms_norm_eps", self.rms_norm_eps, "must be > 0")
@@ -109,27 +110,54 @@ class ModelConfig:
         """Longest possible prefix: all image tokens plus ``max_token_len`` prompt tokens."""
         return self.num_image_tokens + self.max_token_len
 
-    def validate(self) -> "ModelConfig":
+    def validate(self) -> ModelConfig:
         """Check every field; raise :class:`ConfigError` naming the first invalid one."""
         self.vision.validate()
         self.vlm.validate("vlm")
         self.expert.validate("expert")
         o = "model"
-        _check(self.expert.depth == self.vlm.depth, o, "expert.depth", self.expert.depth,
-               f"must equal vlm.depth={self.vlm.depth} (one joint attention per layer)")
+        _check(
+            self.expert.depth == self.vlm.depth,
+            o,
+            "expert.depth",
+            self.expert.depth,
+            f"must equal vlm.depth={self.vlm.depth} (one joint attention per layer)",
+        )
         for name in ("head_dim", "num_heads", "num_kv_heads"):
-            _check(getattr(self.expert, name) == getattr(self.vlm, name), o, f"expert.{name}",
-                   getattr(self.expert, name), f"must equal vlm.{name} (joint attention)")
-        for name in ("vocab_size", "action_dim", "action_horizon", "max_token_len", "num_denoise_steps", "num_state_bins"):
+            _check(
+                getattr(self.expert, name) == getattr(self.vlm, name),
+                o,
+                f"expert.{name}",
+                getattr(self.expert, name),
+                f"must equal vlm.{name} (joint attention)",
+            )
+        for name in (
+            "vocab_size",
+            "action_dim",
+            "action_horizon",
+            "max_token_len",
+            "num_denoise_steps",
+            "num_state_bins",
+        ):
             v = getattr(self, name)
             _check(isinstance(v, int) and v > 0, o, name, v, "must be a positive int")
-        _check(len(self.image_slots) >= 1 and len(set(self.image_slots)) == len(self.image_slots), o,
-               "image_slots", self.image_slots, "must be non-empty and unique")
-        _check(0 < self.time_min_period < self.time_max_period, o, "time_min_period", self.time_min_period,
-               "must satisfy 0 < time_min_period < time_max_period")
+        _check(
+            len(self.image_slots) >= 1 and len(set(self.image_slots)) == len(self.image_slots),
+            o,
+            "image_slots",
+            self.image_slots,
+            "must be non-empty and unique",
+        )
+        _check(
+            0 < self.time_min_period < self.time_max_period,
+            o,
+            "time_min_period",
+            self.time_min_period,
+            "must satisfy 0 < time_min_period < time_max_period",
+        )
         return self
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         """Return a validated copy with top-level fields changed."""
         return dataclasses.replace(self, **changes).validate()
 
@@ -140,7 +168,7 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
         known = {f.name for f in dataclasses.fields(cls)}
         extra = sorted(set(d) - known)
@@ -155,8 +183,12 @@ class ModelConfig:
 
 
 def _pi05() -> ModelConfig:
-    return ModelConfig(name="pi05", vision=VisionConfig(), vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
-                       expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096))
+    return ModelConfig(
+        name="pi05",
+        vision=VisionConfig(),
+        vlm=GemmaConfig(width=2048, depth=18, mlp_dim=16384),
+        expert=GemmaConfig(width=1024, depth=18, mlp_dim=4096),
+    )
 
 
 def _pi05_small() -> ModelConfig:
@@ -175,11 +207,15 @@ def _pi05_tiny() -> ModelConfig:
     # For unit tests: milliseconds per call, but every code path of the full model.
     return ModelConfig(
         name="pi05-tiny",
-        vision=VisionConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
-                            image_size=56, patch_size=14),
+        vision=VisionConfig(
+            hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, image_size=56, patch_size=14
+        ),
         vlm=GemmaConfig(width=64, depth=2, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=16),
         expert=GemmaConfig(width=32, depth=2, mlp_dim=64, num_heads=4, num_kv_heads=1, head_dim=16),
-        vocab_size=512, action_horizon=10, max_token_len=64)
+        vocab_size=512,
+        action_horizon=10,
+        max_token_len=64,
+    )
 
 
 PRESETS: dict[str, Any] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
@@ -241,17 +277,32 @@ class TaskConfig:
     every_n_frames: int = 0
     own_prefix: bool = False
 
-    def validate(self) -> "TaskConfig":
+    def validate(self) -> TaskConfig:
         """Raise :class:`ConfigError` naming the first invalid field."""
         o = f"tasks.{self.name}"
-        _check(bool(self.name) and self.name.replace("_", "").isalnum(), o, "name", self.name,
-               "must be a non-empty identifier")
+        _check(
+            bool(self.name) and self.name.replace("_", "").isalnum(),
+            o,
+            "name",
+            self.name,
+            "must be a non-empty identifier",
+        )
         problem = template_problem(self.template)
         _check(problem is None, o, "template", self.template, str(problem))
-        _check(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, o, "max_new_tokens",
-               self.max_new_tokens, "must be an int >= 1")
-        _check(self.temperature >= 0.0 and self.temperature < float("inf"), o, "temperature", self.temperature,
-               "must be a finite number >= 0")
+        _check(
+            isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
+            o,
+            "max_new_tokens",
+            self.max_new_tokens,
+            "must be an int >= 1",
+        )
+        _check(
+            self.temperature >= 0.0 and self.temperature < float("inf"),
+            o,
+            "temperature",
+            self.temperature,
+            "must be a finite number >= 0",
+        )
         _check(self.top_k >= 0, o, "top_k", self.top_k, "must be >= 0")
         _check(self.every_n_frames >= 0, o, "every_n_frames", self.every_n_frames, "must be >= 0")
         return self
@@ -326,25 +377,48 @@ class EngineConfig:
     max_top_k: int = 256
     max_request_chars: int = 2000
 
-    def validate(self) -> "EngineConfig":
+    def validate(self) -> EngineConfig:
         """Raise :class:`ConfigError` naming the first invalid field."""
         o = "engine"
-        for name, choices in (("compile", COMPILE_MODES), ("attention", ATTENTIONS), ("mode", MODES), ("decode_budget",
-                              BUDGETS), ("schedule", SCHEDULES), ("batcher_policy", BATCHER_POLICIES)):
+        for name, choices in (
+            ("compile", COMPILE_MODES),
+            ("attention", ATTENTIONS),
+            ("mode", MODES),
+            ("decode_budget", BUDGETS),
+            ("schedule", SCHEDULES),
+            ("batcher_policy", BATCHER_POLICIES),
+        ):
             _check(getattr(self, name) in choices, o, name, getattr(self, name), f"must be one of {choices}")
         _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
         bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
         _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
-        for name in ("tokens_per_frame", "max_decode_steps", "block_size", "max_request_tokens", "max_top_k",
-                     "max_request_chars"):
+        for name in (
+            "tokens_per_frame",
+            "max_decode_steps",
+            "block_size",
+            "max_request_tokens",
+            "max_top_k",
+            "max_request_chars",
+        ):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, o, name, v, "must be an int >= 1")
-        for name in ("min_decode_steps", "kv_blocks", "max_queued_requests", "num_denoise_steps", "max_running_requests",
-                     "max_overtakes"):
+        for name in (
+            "min_decode_steps",
+            "kv_blocks",
+            "max_queued_requests",
+            "num_denoise_steps",
+            "max_running_requests",
+            "max_overtakes",
+        ):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 0, o, name, v, "must be an int >= 0")
-        _check(self.min_decode_steps <= self.max_decode_steps, o, "min_decode_steps", self.min_decode_steps,
-               "must be <= max_decode_steps")
+        _check(
+            self.min_decode_steps <= self.max_decode_steps,
+            o,
+            "min_decode_steps",
+            self.min_decode_steps,
+            "must be <= max_decode_steps",
+        )
         for name in ("frame_deadline_s", "kv_memory_mb", "requests_per_frame", "max_queue_wait_s"):
             v = getattr(self, name)
             _check(v >= 0 and v < float("inf"), o, name, v, "must be a finite number >= 0")
@@ -361,6 +435,23 @@ class EngineConfig:
         raise KeyError(f"unknown language task {name!r}; configured: {[t.name for t in self.tasks]}")
 
 
-__all__ = ["MODES", "BUDGETS", "COMPILE_MODES", "ATTENTIONS", "SCHEDULES", "BATCHER_POLICIES", "TaskConfig", "DEFAULT_TASKS",
-           "TEMPLATE_FIELDS", "template_problem", "EngineConfig", "IMAGE_SLOTS", "ConfigError", "VisionConfig",
-           "GemmaConfig", "ModelConfig", "PRESETS", "get_preset"]
+__all__ = [
+    "MODES",
+    "BUDGETS",
+    "COMPILE_MODES",
+    "ATTENTIONS",
+    "SCHEDULES",
+    "BATCHER_POLICIES",
+    "TaskConfig",
+    "DEFAULT_TASKS",
+    "TEMPLATE_FIELDS",
+    "template_problem",
+    "EngineConfig",
+    "IMAGE_SLOTS",
+    "ConfigError",
+    "VisionConfig",
+    "GemmaConfig",
+    "ModelConfig",
+    "PRESETS",
+    "get_preset",
+]

@@ -21,7 +21,7 @@ import re
 import weakref
 from typing import Any
 
-_SPECIAL_IDS: "weakref.WeakKeyDictionary[Any, frozenset[int]]" = weakref.WeakKeyDictionary()
+_SPECIAL_IDS: weakref.WeakKeyDictionary[Any, frozenset[int]] = weakref.WeakKeyDictionary()
 
 
 def special_ids(tokenizer: Any) -> frozenset[int]:
@@ -97,12 +97,12 @@ class IncrementalDetokenizer:
         self._ids.append(token_id)
         if self._holds(token_id):
             return ""
-        before = self._decode(self._ids[self._prefix:self._read])
-        after = self._decode(self._ids[self._prefix:])
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
         if len(after) <= len(before) or after.endswith(_REPLACEMENT):
             return ""
         self._prefix, self._read = self._read, len(self._ids)
-        return after[len(before):]
+        return after[len(before) :]
 
     def flush(self) -> str:
         """Return all text not yet emitted (incl. U+FFFD for an unfinished byte sequence).
@@ -110,10 +110,10 @@ class IncrementalDetokenizer:
         Ends the stream: a later :meth:`push` raises ``RuntimeError``; ``flush`` again returns ``""``.
         """
         self._finished = True
-        before = self._decode(self._ids[self._prefix:self._read])
-        after = self._decode(self._ids[self._prefix:])
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
-        return after[len(before):]
+        return after[len(before) :]
 
 
 __all__ = ["IncrementalDetokenizer"]

@@ -20,25 +20,45 @@ __all__ = ["LIVE_ENGINE_FIELDS", "LIVE_RTC_FIELDS", "LIVE_TASK_FIELDS", "live_co
 
 #: ``EngineConfig`` fields read per frame (decode budget, deadline), per admission (queue bounds)
 #: or per chunk (the flow-noise seed).
-LIVE_ENGINE_FIELDS = frozenset({
-    "decode_budget", "tokens_per_frame", "min_decode_steps", "max_decode_steps", "frame_deadline_s",
-    "max_queued_requests", "max_queue_wait_s", "max_overtakes", "seed", "max_request_chars",
-})
+LIVE_ENGINE_FIELDS = frozenset(
+    {
+        "decode_budget",
+        "tokens_per_frame",
+        "min_decode_steps",
+        "max_decode_steps",
+        "frame_deadline_s",
+        "max_queued_requests",
+        "max_queue_wait_s",
+        "max_overtakes",
+        "seed",
+        "max_request_chars",
+    }
+)
 #: ``TaskConfig`` fields read when a request is created or started (sampling, budget, template) or
 #: at each frame (the period). ``own_prefix`` changes how many prefills a request costs: not live.
 LIVE_TASK_FIELDS = frozenset({"template", "max_new_tokens", "temperature", "top_k", "every_n_frames"})
 #: ``RTCConfig`` fields read per chunk. ``enabled`` and ``guidance`` choose the compiled stage.
-LIVE_RTC_FIELDS = frozenset({
-    "schedule", "execution_horizon", "max_guidance_weight", "inference_delay_mode", "inference_delay",
-    "delay_percentile", "delay_window",
-})
+LIVE_RTC_FIELDS = frozenset(
+    {
+        "schedule",
+        "execution_horizon",
+        "max_guidance_weight",
+        "inference_delay_mode",
+        "inference_delay",
+        "delay_percentile",
+        "delay_window",
+    }
+)
 
 
 def not_live(old: object, new: object, live: frozenset[str], prefix: str) -> list[str]:
     """Names (``prefix`` + field) of the dataclass fields that differ between ``old`` and ``new``
     and are not in ``live``."""
-    return [prefix + f.name for f in dataclasses.fields(old)
-            if f.name not in live and getattr(old, f.name) != getattr(new, f.name)]
+    return [
+        prefix + f.name
+        for f in dataclasses.fields(old)
+        if f.name not in live and getattr(old, f.name) != getattr(new, f.name)
+    ]
 
 
 def _task_changes(old: EngineConfig, new: EngineConfig) -> list[str]:
@@ -50,8 +70,9 @@ def _task_changes(old: EngineConfig, new: EngineConfig) -> list[str]:
     return out
 
 
-def live_configs(engine: EngineConfig, new_engine: EngineConfig | None,
-                 rtc: RTCConfig, new_rtc: RTCConfig | None) -> tuple[EngineConfig, RTCConfig]:
+def live_configs(
+    engine: EngineConfig, new_engine: EngineConfig | None, rtc: RTCConfig, new_rtc: RTCConfig | None
+) -> tuple[EngineConfig, RTCConfig]:
     """Check that ``new_engine`` / ``new_rtc`` differ from the running ``engine`` / ``rtc`` only in
     live fields and are valid; returns them (``None``: unchanged).
 
@@ -66,15 +87,23 @@ def live_configs(engine: EngineConfig, new_engine: EngineConfig | None,
     new_rtc = rtc if new_rtc is None else new_rtc
     if not new_engine.max_running_requests:
         new_engine = dataclasses.replace(new_engine, max_running_requests=engine.max_running_requests)
-    fixed = (not_live(engine, new_engine, LIVE_ENGINE_FIELDS | {"tasks"}, "engine.")
-             + _task_changes(engine, new_engine) + not_live(rtc, new_rtc, LIVE_RTC_FIELDS, "rtc."))
+    fixed = (
+        not_live(engine, new_engine, LIVE_ENGINE_FIELDS | {"tasks"}, "engine.")
+        + _task_changes(engine, new_engine)
+        + not_live(rtc, new_rtc, LIVE_RTC_FIELDS, "rtc.")
+    )
     if fixed:
         raise ConfigError(f"not changeable on a running engine: {', '.join(fixed)} (a new engine is needed)")
-    too_long = [f"tasks.{t.name}.max_new_tokens={t.max_new_tokens}" for t in new_engine.tasks
-                if t.max_new_tokens >= new_engine.max_request_tokens]
+    too_long = [
+        f"tasks.{t.name}.max_new_tokens={t.max_new_tokens}"
+        for t in new_engine.tasks
+        if t.max_new_tokens >= new_engine.max_request_tokens
+    ]
     if too_long:  # every request of the task would be rejected at submission
-        raise ConfigError(f"{', '.join(too_long)}: must be below engine.max_request_tokens "
-                          f"({new_engine.max_request_tokens}, prompt + new tokens; sized at configure)")
+        raise ConfigError(
+            f"{', '.join(too_long)}: must be below engine.max_request_tokens "
+            f"({new_engine.max_request_tokens}, prompt + new tokens; sized at configure)"
+        )
     return new_engine.validate(), new_rtc.validate()
 
 
@@ -86,6 +115,5 @@ def replace_task(cfg: EngineConfig, name: str, **changes: object) -> EngineConfi
     """
     if name not in [t.name for t in cfg.tasks]:
         raise KeyError(f"no task {name!r}")
-    tasks: tuple[TaskConfig, ...] = tuple(dataclasses.replace(t, **changes) if t.name == name else t
-                                          for t in cfg.tasks)
+    tasks: tuple[TaskConfig, ...] = tuple(dataclasses.replace(t, **changes) if t.name == name else t for t in cfg.tasks)
     return dataclasses.replace(cfg, tasks=tasks)

@@ -3,7 +3,8 @@
 ``Pi05Policy.sample_actions`` = openpi's ``Policy.infer`` for one observation (preprocess → prefill
 → S denoise steps → unnormalise → robot dimension). ``generate_text`` decodes language from the
 same prefix: optional continuation prompt tokens appended causally after the prefix, then one token
-at a time with the tied LM head, from the last valid prefix token's hidden state. Both use a contiguous :class:`DenseKVCache`.
+at a time with the tied LM head, from the last valid prefix token's hidden state. Both use a contiguous
+:class:`DenseKVCache`.
 """
 
 from __future__ import annotations
@@ -64,23 +65,36 @@ def frame_noise(seed: int, frame_id: int, horizon: int, action_dim: int) -> torc
 class Pi05Policy:
     """Model + tokenizer + normalisation stats: observation in, actions / text out."""
 
-    def __init__(self, model: Pi05Model, tokenizer, norm_stats: dict[str, NormStats], *,
-                 prompt_overflow: str = "error") -> None:
+    def __init__(
+        self, model: Pi05Model, tokenizer, norm_stats: dict[str, NormStats], *, prompt_overflow: str = "error"
+    ) -> None:
         self.model = model.eval()
         self.cfg: ModelConfig = model.cfg
         self.tokenizer = tokenizer
         self.norm_stats = norm_stats
         self.normalizer = Normalizer(norm_stats["state"], norm_stats["actions"])
-        self.prompt = PromptTokenizer(tokenizer, self.cfg.max_token_len, self.cfg.num_state_bins,
-                                      overflow=prompt_overflow, discrete_state=self.cfg.discrete_state_input)
+        self.prompt = PromptTokenizer(
+            tokenizer,
+            self.cfg.max_token_len,
+            self.cfg.num_state_bins,
+            overflow=prompt_overflow,
+            discrete_state=self.cfg.discrete_state_input,
+        )
         self.eos_id = int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else -1
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_pretrained(cls, path_or_preset: str | os.PathLike, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None, *, seed: int = 0, robot_dim: int = 14,
-                        prompt_overflow: str = "error",
-                        config_overrides: dict | None = None) -> "Pi05Policy":
+    def from_pretrained(
+        cls,
+        path_or_preset: str | os.PathLike,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        seed: int = 0,
+        robot_dim: int = 14,
+        prompt_overflow: str = "error",
+        config_overrides: dict | None = None,
+    ) -> Pi05Policy:
         """Load a checkpoint folder (openpi or LeRobot layout) or build a random-weight preset.
 
         Args:
@@ -107,6 +121,7 @@ class Pi05Policy:
             model, _cfg, stats, _meta = load_pretrained(path_or_preset, device=device, dtype=dtype)
             require_norm_stats(stats, _meta.folder, _meta.layout, _meta.norm_info, _meta.asset_id)
             from .tokenizer import load_tokenizer
+
             tok = load_tokenizer(path_or_preset, vocab_size=model.cfg.vocab_size)
         else:
             cfg = get_preset(str(path_or_preset))
@@ -132,15 +147,17 @@ class Pi05Policy:
         state = self.normalizer.normalize_state(np.asarray(obs.state))
         ids, tmask = self.prompt.tokenize_prompt(obs.instruction, state)
         return EncodedObservation(
-            pixels=torch.from_numpy(pixels)[None], image_masks=torch.from_numpy(masks)[None],
-            tokens=torch.from_numpy(ids)[None], token_masks=torch.from_numpy(tmask)[None],
-            tokens_per_image=self.cfg.vision.num_tokens)
+            pixels=torch.from_numpy(pixels)[None],
+            image_masks=torch.from_numpy(masks)[None],
+            tokens=torch.from_numpy(ids)[None],
+            token_masks=torch.from_numpy(tmask)[None],
+            tokens_per_image=self.cfg.vision.num_tokens,
+        )
 
     def new_cache(self, batch: int, capacity: int) -> DenseKVCache:
         """An empty contiguous cache for ``batch`` rows of ``capacity`` tokens."""
         c = self.cfg.vlm
-        return DenseKVCache(c.depth, batch, capacity, c.num_kv_heads, c.head_dim, self.model.dtype,
-                            self.model.device)
+        return DenseKVCache(c.depth, batch, capacity, c.num_kv_heads, c.head_dim, self.model.dtype, self.model.device)
 
     @torch.inference_mode()
     def prefill(self, enc: EncodedObservation, extra_capacity: int = 0) -> tuple[DenseKVCache, torch.Tensor]:
@@ -153,8 +170,9 @@ class Pi05Policy:
 
     # ------------------------------------------------------------------ actions
     @torch.inference_mode()
-    def sample_actions_normalized(self, cache: DenseKVCache, noise: torch.Tensor, num_steps: int | None = None,
-                                  guide: RTCGuide | None = None) -> torch.Tensor:
+    def sample_actions_normalized(
+        self, cache: DenseKVCache, noise: torch.Tensor, num_steps: int | None = None, guide: RTCGuide | None = None
+    ) -> torch.Tensor:
         """Flow sampling over a prefilled cache → ``[1, H, action_dim]`` float32 normalised actions;
         with ``guide``, real-time chunking (:mod:`.rtc.guidance`, LeRobot ``euler_integrate`` with
         its ``RTCProcessor``)."""
@@ -166,13 +184,21 @@ class Pi05Policy:
         guide = guide.to(self.model.device)
         times, dt = euler_times(steps, self.model.device)
         view = view.for_grad() if guide.vjp else view
-        return integrate_guided(lambda x, i: self.model.denoise_step(view, x, times[i].expand(x.shape[0])),
-                                noise, dt, guide)
+        return integrate_guided(
+            lambda x, i: self.model.denoise_step(view, x, times[i].expand(x.shape[0])), noise, dt, guide
+        )
 
-    def sample_actions(self, observation: Observation, noise: torch.Tensor | None = None,
-                       num_steps: int | None = None, *, prev_chunk_left_over: np.ndarray | None = None,
-                       inference_delay: int | None = None, rtc: RTCConfig | None = None,
-                       normalized: bool = False) -> np.ndarray:
+    def sample_actions(
+        self,
+        observation: Observation,
+        noise: torch.Tensor | None = None,
+        num_steps: int | None = None,
+        *,
+        prev_chunk_left_over: np.ndarray | None = None,
+        inference_delay: int | None = None,
+        rtc: RTCConfig | None = None,
+        normalized: bool = False,
+    ) -> np.ndarray:
         """Action chunk for one observation (LeRobot ``predict_action_chunk``).
 
         Args:
@@ -200,19 +226,34 @@ class Pi05Policy:
         guide = None
         if rtc is not None and rtc.validate().enabled and prev_chunk_left_over is not None:
             delay = rtc.inference_delay if inference_delay is None else int(inference_delay)
-            guide = make_guide(prev_chunk_left_over, delay, schedule=rtc.schedule, horizon=rtc.execution_horizon,
-                               max_weight=rtc.max_guidance_weight, times=euler_times(steps)[0],
-                               length=self.cfg.action_horizon, action_dim=self.cfg.action_dim,
-                               vjp=rtc.guidance == "vjp")
+            guide = make_guide(
+                prev_chunk_left_over,
+                delay,
+                schedule=rtc.schedule,
+                horizon=rtc.execution_horizon,
+                max_weight=rtc.max_guidance_weight,
+                times=euler_times(steps)[0],
+                length=self.cfg.action_horizon,
+                action_dim=self.cfg.action_dim,
+                vjp=rtc.guidance == "vjp",
+            )
         x = self.sample_actions_normalized(cache, noise, steps, guide)[0].float().cpu().numpy()
         out = self.normalizer.unnormalize_actions(x)  # the finiteness check
         return x[:, : self.normalizer.action_dim].astype(np.float32) if normalized else out
 
     # ------------------------------------------------------------------ text
     @torch.inference_mode()
-    def generate_text(self, observation: Observation, prompt: str = "", max_new_tokens: int = 32,
-                      greedy: bool = True, *, sampling: SamplingParams | None = None,
-                      stop_ids: tuple[int, ...] = (), own_prefix: bool = False) -> Generation:
+    def generate_text(
+        self,
+        observation: Observation,
+        prompt: str = "",
+        max_new_tokens: int = 32,
+        greedy: bool = True,
+        *,
+        sampling: SamplingParams | None = None,
+        stop_ids: tuple[int, ...] = (),
+        own_prefix: bool = False,
+    ) -> Generation:
         """Decode text from the observation's prefix, one token per forward (the reference).
 
         The continuation ``prompt`` (e.g. a filled language-task template) is appended causally
@@ -234,8 +275,9 @@ class Pi05Policy:
         enc = self.encode_observation(observation)
         if own_prefix:
             ids = torch.tensor([self.prompt.tokenize_prefix_prompt(prompt)], dtype=torch.long)
-            enc = EncodedObservation(enc.pixels, enc.image_masks, ids, torch.ones_like(ids, dtype=torch.bool),
-                                     enc.tokens_per_image)
+            enc = EncodedObservation(
+                enc.pixels, enc.image_masks, ids, torch.ones_like(ids, dtype=torch.bool), enc.tokens_per_image
+            )
         cont = self.prompt.tokenize_continuation(prompt) if prompt and not own_prefix else []
         cache, hidden = self.prefill(enc, extra_capacity=len(cont) + max_new_tokens)
         m = self.model

@@ -105,12 +105,13 @@ def resize_with_pad(image: np.ndarray, size: int, *, name: str = "image") -> np.
         content = np.clip(img, 0.0, 1.0) * np.float32(2.0) - np.float32(1.0)
     out = np.full((size, size, 3), -1.0, dtype=np.float32)
     top, left = (size - rh) // 2, (size - rw) // 2
-    out[top:top + rh, left:left + rw] = content
+    out[top : top + rh, left : left + rw] = content
     return out
 
 
-def prepare_images(images: dict[str, np.ndarray | None], slots: tuple[str, ...],
-                   size: int) -> tuple[np.ndarray, np.ndarray]:
+def prepare_images(
+    images: dict[str, np.ndarray | None], slots: tuple[str, ...], size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Build the model's image batch for one observation (π0.5 slot semantics).
 
     Args:
@@ -156,8 +157,10 @@ def _check_stats(stats: NormStats, what: str) -> tuple[np.ndarray, np.ndarray]:
     bad = np.flatnonzero(~np.isfinite(q01) | ~np.isfinite(q99) | (q99 < q01))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"{what} norm stats invalid at index {i}: q01={q01[i]!r}, q99={q99[i]!r} "
-                         "(need finite values with q01 <= q99)")
+        raise ValueError(
+            f"{what} norm stats invalid at index {i}: q01={q01[i]!r}, q99={q99[i]!r} "
+            "(need finite values with q01 <= q99)"
+        )
     return q01, q99
 
 
@@ -200,7 +203,7 @@ class Normalizer:
         return int(self._a_q01.size)
 
     @classmethod
-    def identity(cls, dim_state: int, dim_action: int) -> "Normalizer":
+    def identity(cls, dim_state: int, dim_action: int) -> Normalizer:
         """Stats with q01 = -1, q99 = 1 (identity up to the 1e-6 epsilon), for random-weight checkpoints."""
         return cls(NormStats.identity(dim_state), NormStats.identity(dim_action))
 
@@ -255,16 +258,16 @@ class Normalizer:
         bad = np.argwhere(~np.isfinite(a))
         if bad.size:
             t, d = (int(v) for v in bad[0])
-            raise NonFiniteActionError(f"model produced non-finite actions ({bad.shape[0]} values), first at "
-                                       f"step {t}, dim {d}: {a[t, d]!r}")
-        a = a[:, :self.action_dim]
+            raise NonFiniteActionError(
+                f"model produced non-finite actions ({bad.shape[0]} values), first at step {t}, dim {d}: {a[t, d]!r}"
+            )
+        a = a[:, : self.action_dim]
         with np.errstate(over="ignore", invalid="ignore"):
             y = (a + 1.0) / 2.0 * (self._a_width + QUANTILE_EPS) + self._a_q01
             y = np.where(self._a_zero, self._a_q01, y).astype(np.float32)
         if not np.isfinite(y).all():
             raise NonFiniteActionError("unnormalised actions overflow float32")
         return y
-
 
     def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
         """Robot actions → normalised model space, the inverse of :meth:`unnormalize_actions`:
@@ -287,5 +290,11 @@ class Normalizer:
         return np.where(self._a_zero, -1.0, y).astype(np.float32)
 
 
-__all__ = ["InvalidInputError", "NonFiniteActionError", "QUANTILE_EPS", "resize_with_pad", "prepare_images",
-           "Normalizer"]
+__all__ = [
+    "InvalidInputError",
+    "NonFiniteActionError",
+    "QUANTILE_EPS",
+    "resize_with_pad",
+    "prepare_images",
+    "Normalizer",
+]

@@ -102,8 +102,9 @@ class PromptTokenizer:
         ValueError: bad ``max_len`` / ``num_bins`` / ``overflow``, or a tokenizer without BOS.
     """
 
-    def __init__(self, tokenizer: Any, max_len: int, num_bins: int = 256, overflow: str = "error",
-                 discrete_state: bool = True) -> None:
+    def __init__(
+        self, tokenizer: Any, max_len: int, num_bins: int = 256, overflow: str = "error", discrete_state: bool = True
+    ) -> None:
         if overflow not in _OVERFLOW:
             raise ValueError(f"overflow={overflow!r} must be one of {_OVERFLOW}")
         for name, v in (("max_len", max_len), ("num_bins", num_bins)):
@@ -152,12 +153,16 @@ class PromptTokenizer:
                 raise InvalidInputError(f"instruction must be a str, got {type(instruction).__name__}")
             ids = [self.bos_id] + self._encode(clean_instruction(instruction)) + self._encode("\n")
             if len(ids) > self.max_len:
-                raise PromptTooLongError(f"prompt is {len(ids)} tokens, max_len is {self.max_len} "
-                                         f"(instruction {instruction!r}); shorten the instruction")
+                raise PromptTooLongError(
+                    f"prompt is {len(ids)} tokens, max_len is {self.max_len} "
+                    f"(instruction {instruction!r}); shorten the instruction"
+                )
         if len(ids) > self.max_len:
             if self.overflow == "error":
-                raise PromptTooLongError(f"prompt is {len(ids)} tokens, max_len is {self.max_len} (instruction "
-                                         f"{instruction!r}); shorten the instruction or raise max_token_len")
+                raise PromptTooLongError(
+                    f"prompt is {len(ids)} tokens, max_len is {self.max_len} (instruction "
+                    f"{instruction!r}); shorten the instruction or raise max_token_len"
+                )
             ids = self._truncate(instruction, norm_state, len(ids))
         n = len(ids)
         tokens = np.zeros(self.max_len, dtype=np.int64)
@@ -175,8 +180,10 @@ class PromptTokenizer:
 
         if ids_for("") is None:
             need = 1 + len(self._encode(self.format_prompt("", norm_state)))
-            raise PromptTooLongError(f"prompt does not fit even with an empty instruction: {need} tokens (state "
-                                     f"of {np.size(norm_state)} values) > max_len {self.max_len}")
+            raise PromptTooLongError(
+                f"prompt does not fit even with an empty instruction: {need} tokens (state "
+                f"of {np.size(norm_state)} values) > max_len {self.max_len}"
+            )
         lo, hi = 0, len(cleaned)  # invariant: cleaned[:lo] fits; search the longest fitting prefix
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -186,13 +193,18 @@ class PromptTokenizer:
                 hi = mid - 1
         kept = cleaned[:lo]
         if lo < len(cleaned) and cleaned[lo] != " " and not kept.endswith(" ") and " " in kept:
-            kept = kept[:kept.rfind(" ")]  # the cut fell inside a word: drop the partial word
+            kept = kept[: kept.rfind(" ")]  # the cut fell inside a word: drop the partial word
         ids = ids_for(kept)
         if ids is None:  # a shorter text can (rarely) tokenize longer; keep the searched cut
             kept, ids = cleaned[:lo], ids_for(cleaned[:lo])
         assert ids is not None
-        logger.warning("prompt of %d tokens exceeds max_len=%d: instruction truncated from %r to %r",
-                       full_len, self.max_len, cleaned, kept.rstrip())
+        logger.warning(
+            "prompt of %d tokens exceeds max_len=%d: instruction truncated from %r to %r",
+            full_len,
+            self.max_len,
+            cleaned,
+            kept.rstrip(),
+        )
         return ids
 
     def tokenize_prefix_prompt(self, text: str) -> list[int]:

@@ -62,6 +62,5 @@ class RobotFrames:
         with self._lock:
             ms = self._states.get(float(chunk.stamp))
         if ms is None:
-            raise ValueError(f"no observation state for the chunk of frame {chunk.frame_id} "
-                             f"(stamp {chunk.stamp:.6f})")
+            raise ValueError(f"no observation state for the chunk of frame {chunk.frame_id} (stamp {chunk.stamp:.6f})")
         return self.space.to_robot(np.asarray(chunk.actions), ms)

@@ -182,9 +182,11 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     alphabet = sorted(chars)
     base = list(SPECIAL_TOKENS) + list(BYTE_TOKENS) + alphabet
     if not isinstance(vocab_size, int) or vocab_size < len(base):
-        raise ValueError(f"vocab_size={vocab_size!r} is too small for the built-in tokenizer: it needs at least "
-                         f"{len(base)} ids ({len(SPECIAL_TOKENS)} special + 256 byte + {len(alphabet)} character "
-                         "pieces)")
+        raise ValueError(
+            f"vocab_size={vocab_size!r} is too small for the built-in tokenizer: it needs at least "
+            f"{len(base)} ids ({len(SPECIAL_TOKENS)} special + 256 byte + {len(alphabet)} character "
+            "pieces)"
+        )
     vocab: dict[str, int] = {tok: i for i, tok in enumerate(base)}
     merges = _learn_merges(dict(word_counts), vocab_size - len(base))
     for a, b in merges:
@@ -196,13 +198,19 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
     tok.pre_tokenizer = pre_tok
-    tok.decoder = decoders.Sequence([decoders.Replace(SPIECE_UNDERLINE, " "), decoders.ByteFallback(),
-                                     decoders.Fuse()])
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B:1",
-                                                       special_tokens=[("<bos>", 2)])
+    tok.decoder = decoders.Sequence([decoders.Replace(SPIECE_UNDERLINE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B:1", special_tokens=[("<bos>", 2)]
+    )
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (*SPECIAL_TOKENS, *unused)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
-                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def save_tokenizer(tok: PreTrainedTokenizerBase, folder: str | os.PathLike) -> list[str]:
@@ -273,10 +281,19 @@ def load_tokenizer(folder: str | os.PathLike, vocab_size: int | None = None) -> 
     if tok.bos_token_id is None:
         raise CheckpointError(f"{path}: the tokenizer has no BOS token (π0.5 prompts start with <bos>)")
     if vocab_size is not None and len(tok) > vocab_size:
-        raise CheckpointError(f"{path}: the tokenizer has {len(tok)} ids but the model embeds only {vocab_size} "
-                              "(vocab_size): not this model's tokenizer")
+        raise CheckpointError(
+            f"{path}: the tokenizer has {len(tok)} ids but the model embeds only {vocab_size} "
+            "(vocab_size): not this model's tokenizer"
+        )
     return tok
 
 
-__all__ = ["SPECIAL_TOKENS", "BYTE_TOKENS", "TOKENIZER_MAX_BYTES", "build_tokenizer", "save_tokenizer", "load_tokenizer",
-           "corpus"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "BYTE_TOKENS",
+    "TOKENIZER_MAX_BYTES",
+    "build_tokenizer",
+    "save_tokenizer",
+    "load_tokenizer",
+    "corpus",
+]

@@ -72,10 +72,14 @@ class NormStats:
     q99: np.ndarray
 
     @classmethod
-    def identity(cls, dim: int) -> "NormStats":
+    def identity(cls, dim: int) -> NormStats:
         """Stats with q01 = -1, q99 = 1, mean 0, std 1 (random-weight checkpoints)."""
-        return cls(mean=np.zeros(dim, np.float32), std=np.ones(dim, np.float32),
-                   q01=np.full(dim, -1.0, np.float32), q99=np.ones(dim, np.float32))
+        return cls(
+            mean=np.zeros(dim, np.float32),
+            std=np.ones(dim, np.float32),
+            q01=np.full(dim, -1.0, np.float32),
+            q99=np.ones(dim, np.float32),
+        )
 
     @property
     def dim(self) -> int:
@@ -87,7 +91,7 @@ class NormStats:
         return {k: np.asarray(getattr(self, k), dtype=np.float64).tolist() for k in ("mean", "std", "q01", "q99")}
 
     @classmethod
-    def from_dict(cls, d: dict[str, list[float]]) -> "NormStats":
+    def from_dict(cls, d: dict[str, list[float]]) -> NormStats:
         """Inverse of :meth:`to_dict`; raises ``ValueError`` on missing keys or mismatched lengths."""
         missing = [k for k in ("q01", "q99") if k not in d]
         if missing:

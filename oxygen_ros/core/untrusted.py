@@ -29,10 +29,22 @@ class CheckpointError(ValueError):
 JSON_MAX_BYTES = 16 * 2**20
 #: Deepest nesting of objects / arrays accepted in a JSON side file (real ones: at most 5).
 JSON_MAX_DEPTH = 32
-_KINDS: dict[str, tuple[type, ...]] = {"int": (int,), "number": (int, float), "str": (str,), "bool": (bool,),
-                                       "list": (list,), "object": (dict,)}
-_ARTICLE = {"int": "an int", "number": "a finite number", "str": "a string", "bool": "true or false",
-            "list": "a list", "object": "an object"}
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "number": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "object": (dict,),
+}
+_ARTICLE = {
+    "int": "an int",
+    "number": "a finite number",
+    "str": "a string",
+    "bool": "true or false",
+    "list": "a list",
+    "object": "an object",
+}
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -51,8 +63,15 @@ def short(value: Any, limit: int = 60) -> str:
 
 
 def _json_type(value: Any) -> str:
-    names = {type(None): "null", bool: "a boolean", int: "an int", float: "a number", str: "a string",
-             list: "a list", dict: "an object"}
+    names = {
+        type(None): "null",
+        bool: "a boolean",
+        int: "an int",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -100,8 +119,9 @@ def read_json(path: Path, max_bytes: int = JSON_MAX_BYTES) -> dict[str, Any]:
     return data
 
 
-def json_field(d: dict[str, Any], key: str, kind: str, where: str, default: Any = None, *,
-               nullable: bool = False) -> Any:
+def json_field(
+    d: dict[str, Any], key: str, kind: str, where: str, default: Any = None, *, nullable: bool = False
+) -> Any:
     """``d[key]`` checked to be of ``kind``, or ``default`` when ``key`` is absent.
 
     Args:
@@ -125,8 +145,10 @@ def json_field(d: dict[str, Any], key: str, kind: str, where: str, default: Any 
         except OverflowError:  # an int beyond float range
             ok = False
     if not ok:
-        raise CheckpointError(f"{where}: {key!r} must be {_ARTICLE[kind]}{' or null' if nullable else ''}, "
-                              f"got {'null' if v is None else _json_type(v) + ' ' + short(v)}")
+        raise CheckpointError(
+            f"{where}: {key!r} must be {_ARTICLE[kind]}{' or null' if nullable else ''}, "
+            f"got {'null' if v is None else _json_type(v) + ' ' + short(v)}"
+        )
     return v
 
 
@@ -147,15 +169,18 @@ def inside(folder: Path, name: Any, where: str) -> Path:
     if not isinstance(name, str) or not name or "\0" in name:
         raise CheckpointError(f"{where}: {short(name)} is not a file name")
     if Path(name).is_absolute():
-        raise CheckpointError(f"{where}: {name!r} is an absolute path; a checkpoint names only files inside "
-                              f"its own folder {folder}")
+        raise CheckpointError(
+            f"{where}: {name!r} is an absolute path; a checkpoint names only files inside its own folder {folder}"
+        )
     try:
         root, target = folder.resolve(), (folder / name).resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop
         raise CheckpointError(f"{where}: {name!r} cannot be resolved ({e})") from e
     if not target.is_relative_to(root):
-        raise CheckpointError(f"{where}: {name!r} resolves to {target}, outside the checkpoint folder {root} "
-                              f"(refused: a checkpoint names only files inside its own folder)")
+        raise CheckpointError(
+            f"{where}: {name!r} resolves to {target}, outside the checkpoint folder {root} "
+            f"(refused: a checkpoint names only files inside its own folder)"
+        )
     return folder / name
 
 
@@ -170,11 +195,20 @@ def open_safetensors(path: Path) -> Iterator[Any]:
     try:
         handle = safe_open(str(path), framework="pt")
     except Exception as e:  # SafetensorError, OSError, …: whatever the parser says, name the file
-        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: "
-                              f"{short(str(e), 200)})") from e
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({type(e).__name__}: {short(str(e), 200)})"
+        ) from e
     with handle as f:
         yield f
 
 
-__all__ = ["CheckpointError", "JSON_MAX_BYTES", "JSON_MAX_DEPTH", "short", "read_json",
-           "json_field", "inside", "open_safetensors"]
+__all__ = [
+    "CheckpointError",
+    "JSON_MAX_BYTES",
+    "JSON_MAX_DEPTH",
+    "short",
+    "read_json",
+    "json_field",
+    "inside",
+    "open_safetensors",
+]

@@ -32,72 +32,125 @@ import json
 import sys
 from pathlib import Path
 
-from oxygen_ros.evaluate.episodes import (CLOSED_LOOP, OPEN_LOOP, Episode, EvaluateError,
-                                          closed_loop_episodes, find_bags, open_loop_episodes)
+from oxygen_ros.evaluate.episodes import (
+    CLOSED_LOOP,
+    OPEN_LOOP,
+    Episode,
+    EvaluateError,
+    closed_loop_episodes,
+    find_bags,
+    open_loop_episodes,
+)
 from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate
 
-__all__ = ['build_parser', 'main']
+__all__ = ["build_parser", "main"]
 
 DEFAULT_TIMEOUT_S = 900.0
 """Default wall-clock limit of one episode, seconds."""
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument('--out', type=Path, required=True, help='output folder (a rerun resumes it)')
-    p.add_argument('--overwrite', action='store_true', help='start the folder\'s evaluation again')
-    p.add_argument('--address', default=None,
-                   help='Ray cluster to join (e.g. auto, ray://head:10001); default: a local instance')
-    p.add_argument('--workers', type=int, default=2, help='episodes at once')
-    p.add_argument('--cpus-per-episode', type=float, default=1.0, help='Ray num_cpus per episode')
-    p.add_argument('--gpus-per-episode', type=float, default=0.0,
-                   help='Ray num_gpus per episode (0.5: two episodes share a GPU)')
-    p.add_argument('--episode-timeout-s', type=float, default=DEFAULT_TIMEOUT_S,
-                   help='wall-clock limit of one episode; it is stopped and reported as timed out')
-    p.add_argument('--model', default=None, help='checkpoint folder or preset for the policy')
-    p.add_argument('--progress', choices=('auto', 'on', 'off'), default='auto')
+    p.add_argument("--out", type=Path, required=True, help="output folder (a rerun resumes it)")
+    p.add_argument("--overwrite", action="store_true", help="start the folder's evaluation again")
+    p.add_argument(
+        "--address", default=None, help="Ray cluster to join (e.g. auto, ray://head:10001); default: a local instance"
+    )
+    p.add_argument("--workers", type=int, default=2, help="episodes at once")
+    p.add_argument("--cpus-per-episode", type=float, default=1.0, help="Ray num_cpus per episode")
+    p.add_argument(
+        "--gpus-per-episode", type=float, default=0.0, help="Ray num_gpus per episode (0.5: two episodes share a GPU)"
+    )
+    p.add_argument(
+        "--episode-timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="wall-clock limit of one episode; it is stopped and reported as timed out",
+    )
+    p.add_argument("--model", default=None, help="checkpoint folder or preset for the policy")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of ``evaluate`` (see the module doc)."""
-    p = argparse.ArgumentParser(prog='evaluate', description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split('\n\n', 1)[1])
-    sub = p.add_subparsers(dest='kind', required=True)
-    o = sub.add_parser('open-loop', help='action accuracy of replayed bags')
-    o.add_argument('bags', nargs='+', type=Path, help='bags, or folders of bags')
+    p = argparse.ArgumentParser(
+        prog="evaluate",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    sub = p.add_subparsers(dest="kind", required=True)
+    o = sub.add_parser("open-loop", help="action accuracy of replayed bags")
+    o.add_argument("bags", nargs="+", type=Path, help="bags, or folders of bags")
     _common(o)
-    o.add_argument('--params-file', type=Path, default=None, help='node parameter YAML')
-    o.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE')
-    o.add_argument('--reference-topic', default=None,
-                   help='JointState topic the actions are compared with (replay\'s default: '
-                        '/commanded_action, else the joint states)')
-    o.add_argument('--reference-joints', default=None, metavar='NAMES',
-                   help='joint names of reference messages that have none (comma-separated)')
-    o.add_argument('--gripper-joints', default=None, metavar='NAMES',
-                   help='joints reported as grippers (default: names containing "gripper")')
-    o.add_argument('--timing', choices=('fast', 'recorded'), default='fast')
-    o.add_argument('--max-frames', type=int, default=0)
-    o.add_argument('--frame-period', type=float, default=0.0)
-    o.add_argument('--no-plots', action='store_true', help='no per-bag plots (the summary plot stays)')
-    c = sub.add_parser('closed-loop', help='task success in the MuJoCo sim')
-    c.add_argument('--episodes', type=int, required=True, help='seeds per latency')
-    c.add_argument('--seed', type=int, default=0, help='first seed (cube placement)')
+    o.add_argument("--params-file", type=Path, default=None, help="node parameter YAML")
+    o.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE")
+    o.add_argument(
+        "--reference-topic",
+        default=None,
+        help="JointState topic the actions are compared with (replay's default: "
+        "/commanded_action, else the joint states)",
+    )
+    o.add_argument(
+        "--reference-joints",
+        default=None,
+        metavar="NAMES",
+        help="joint names of reference messages that have none (comma-separated)",
+    )
+    o.add_argument(
+        "--gripper-joints",
+        default=None,
+        metavar="NAMES",
+        help='joints reported as grippers (default: names containing "gripper")',
+    )
+    o.add_argument("--timing", choices=("fast", "recorded"), default="fast")
+    o.add_argument("--max-frames", type=int, default=0)
+    o.add_argument("--frame-period", type=float, default=0.0)
+    o.add_argument("--no-plots", action="store_true", help="no per-bag plots (the summary plot stays)")
+    c = sub.add_parser("closed-loop", help="task success in the MuJoCo sim")
+    c.add_argument("--episodes", type=int, required=True, help="seeds per latency")
+    c.add_argument("--seed", type=int, default=0, help="first seed (cube placement)")
     _common(c)
-    c.add_argument('--policy', choices=('model', 'scripted'), default='model',
-                   help='the oxygen node with --model, or the scripted oracle')
-    c.add_argument('--latency-ms', type=float, nargs='+', default=[0.0],
-                   help='added policy latencies (one set of episodes each)')
-    c.add_argument('--episode-s', type=float, default=12.0,
-                   help='simulated seconds from the first command to the end of a failed episode')
-    c.add_argument('--rtf', type=float, default=None, help='sim real-time factor (closed_loop\'s default)')
-    c.add_argument('--oxygen-param', action='append', default=[], metavar='NAME:=VALUE')
-    c.add_argument('--loop-arg', action='append', default=[], metavar='ARG',
-                   help='any other closed_loop argument, e.g. --loop-arg=--rtc (repeatable)')
+    c.add_argument(
+        "--policy",
+        choices=("model", "scripted"),
+        default="model",
+        help="the oxygen node with --model, or the scripted oracle",
+    )
+    c.add_argument(
+        "--latency-ms", type=float, nargs="+", default=[0.0], help="added policy latencies (one set of episodes each)"
+    )
+    c.add_argument(
+        "--episode-s",
+        type=float,
+        default=12.0,
+        help="simulated seconds from the first command to the end of a failed episode",
+    )
+    c.add_argument("--rtf", type=float, default=None, help="sim real-time factor (closed_loop's default)")
+    c.add_argument("--oxygen-param", action="append", default=[], metavar="NAME:=VALUE")
+    c.add_argument(
+        "--loop-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="any other closed_loop argument, e.g. --loop-arg=--rtc (repeatable)",
+    )
     return p
 
 
-LOOP_ARGS_SET_HERE = ('--policy', '--latency-ms', '--seed', '--episode-s', '--ask', '--timeout',
-                      '--json', '--log-dir', '--domain-id', '--model', '--rtf', '--oxygen-param')
+LOOP_ARGS_SET_HERE = (
+    "--policy",
+    "--latency-ms",
+    "--seed",
+    "--episode-s",
+    "--ask",
+    "--timeout",
+    "--json",
+    "--log-dir",
+    "--domain-id",
+    "--model",
+    "--rtf",
+    "--oxygen-param",
+)
 """``closed_loop`` options ``evaluate`` sets itself (refused in ``--loop-arg``: the rows would
 say otherwise)."""
 
@@ -120,37 +173,36 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     fw: list[str] = []
     model = _model(args)
     if model:
-        fw += ['--model', model]
-    if args.kind == 'open-loop':
+        fw += ["--model", model]
+    if args.kind == "open-loop":
         if args.params_file:
-            fw += ['--params-file', str(args.params_file.resolve())]
+            fw += ["--params-file", str(args.params_file.resolve())]
         for prm in args.param:
-            fw += ['-p', prm]
+            fw += ["-p", prm]
         if args.reference_topic is not None:
-            fw += ['--reference-topic', args.reference_topic]
-        for flag, value in (('--reference-joints', args.reference_joints),
-                            ('--gripper-joints', args.gripper_joints)):
+            fw += ["--reference-topic", args.reference_topic]
+        for flag, value in (("--reference-joints", args.reference_joints), ("--gripper-joints", args.gripper_joints)):
             if value is not None:
                 fw += [flag, value]
-        fw += ['--timing', args.timing]
+        fw += ["--timing", args.timing]
         if args.max_frames:
-            fw += ['--max-frames', str(args.max_frames)]
+            fw += ["--max-frames", str(args.max_frames)]
         if args.frame_period:
-            fw += ['--frame-period', f'{args.frame_period:g}']
+            fw += ["--frame-period", f"{args.frame_period:g}"]
         if args.no_plots:
-            fw.append('--no-plots')
+            fw.append("--no-plots")
         return fw
-    if args.policy == 'model' and not args.model:
-        raise EvaluateError('--policy model needs --model (a checkpoint folder, or a preset such as '
-                            'pi05-tiny for random weights)')
+    if args.policy == "model" and not args.model:
+        raise EvaluateError(
+            "--policy model needs --model (a checkpoint folder, or a preset such as pi05-tiny for random weights)"
+        )
     for a in args.loop_arg:
-        if a.split('=', 1)[0] in LOOP_ARGS_SET_HERE:
-            raise EvaluateError(f'--loop-arg={a}: evaluate sets {a.split("=", 1)[0]} itself (use its '
-                                'own option)')
+        if a.split("=", 1)[0] in LOOP_ARGS_SET_HERE:
+            raise EvaluateError(f"--loop-arg={a}: evaluate sets {a.split('=', 1)[0]} itself (use its own option)")
     if args.rtf is not None:
-        fw += ['--rtf', f'{args.rtf:g}']
+        fw += ["--rtf", f"{args.rtf:g}"]
     for prm in args.oxygen_param:
-        fw += ['--oxygen-param', prm]
+        fw += ["--oxygen-param", prm]
     return fw + list(args.loop_arg)
 
 
@@ -159,30 +211,38 @@ def _check_args(module_parser: argparse.ArgumentParser, argv: list[str], what: s
     try:
         module_parser.parse_args(argv)
     except SystemExit as exc:
-        raise EvaluateError(f'the {what} arguments {argv} are not valid (see the message above)') from exc
+        raise EvaluateError(f"the {what} arguments {argv} are not valid (see the message above)") from exc
 
 
 def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
-    if args.kind == 'open-loop':
+    if args.kind == "open-loop":
         from oxygen_ros.replay.replay import build_parser as replay_parser
 
-        eps = open_loop_episodes(find_bags(args.bags), fw, _model(args) or '(params file)')
-        _check_args(replay_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'replay')
+        eps = open_loop_episodes(find_bags(args.bags), fw, _model(args) or "(params file)")
+        _check_args(replay_parser(), [a.replace("{out}", "/tmp/x") for a in eps[0].args], "replay")
         return eps
     if args.episodes < 1:
-        raise EvaluateError(f'--episodes must be >= 1, got {args.episodes}')
-    if args.policy != 'scripted' and any(args.latency_ms):
-        raise EvaluateError('--latency-ms adds latency to the scripted policy only; the model\'s '
-                            'latency is its own (each episode\'s loop report measures it)')
+        raise EvaluateError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.policy != "scripted" and any(args.latency_ms):
+        raise EvaluateError(
+            "--latency-ms adds latency to the scripted policy only; the model's "
+            "latency is its own (each episode's loop report measures it)"
+        )
     from oxygen_ros.evaluate.runner import GRACE_S
     from oxygen_ros.sim.closed_loop.run import build_parser as loop_parser
 
     # the loop stops itself (and reports) before the episode's process is stopped from outside
     loop_timeout = max(10.0, args.episode_timeout_s - GRACE_S - 10.0)
-    eps = closed_loop_episodes(range(args.seed, args.seed + args.episodes), args.policy,
-                               args.latency_ms, args.episode_s, loop_timeout, fw,
-                               'scripted' if args.policy == 'scripted' else _model(args))
-    _check_args(loop_parser(), [a.replace('{out}', '/tmp/x') for a in eps[0].args], 'closed_loop')
+    eps = closed_loop_episodes(
+        range(args.seed, args.seed + args.episodes),
+        args.policy,
+        args.latency_ms,
+        args.episode_s,
+        loop_timeout,
+        fw,
+        "scripted" if args.policy == "scripted" else _model(args),
+    )
+    _check_args(loop_parser(), [a.replace("{out}", "/tmp/x") for a in eps[0].args], "closed_loop")
     return eps
 
 
@@ -195,13 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         import_ray(embedded=not args.address)  # before anything is written: without Ray, say what to install
         ray_opts = RayOptions(args.address, args.workers, args.cpus_per_episode, args.gpus_per_episode)
         if not args.episode_timeout_s > 0:
-            raise EvaluateError(f'--episode-timeout-s must be > 0, got {args.episode_timeout_s}')
+            raise EvaluateError(f"--episode-timeout-s must be > 0, got {args.episode_timeout_s}")
         fw = _forwarded(args)
         episodes = _episodes(args, fw)
-        kind = OPEN_LOOP if args.kind == 'open-loop' else CLOSED_LOOP
-        folder = OutputFolder(args.out, {'kind': kind, 'options': fw}, args.overwrite)
+        kind = OPEN_LOOP if args.kind == "open-loop" else CLOSED_LOOP
+        folder = OutputFolder(args.out, {"kind": kind, "options": fw}, args.overwrite)
     except (EvaluateError, ValueError, OSError) as exc:
-        print(f'evaluate: error: {exc}', file=sys.stderr)
+        print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2
     rows: dict[str, dict] = {}
     todo = []
@@ -212,28 +272,28 @@ def main(argv: list[str] | None = None) -> int:
         else:
             todo.append(ep)
     if rows:
-        print(f'evaluate: {len(rows)} of {len(episodes)} episodes already finished in {args.out}; '
-              f'running {len(todo)}', file=sys.stderr)
+        print(
+            f"evaluate: {len(rows)} of {len(episodes)} episodes already finished in {args.out}; running {len(todo)}",
+            file=sys.stderr,
+        )
 
-    progress = sys.stderr.isatty() if args.progress == 'auto' else args.progress == 'on'
+    progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"
 
     def on_row(row: dict) -> None:
         folder.save_row(row)
-        rows[row['episode']] = row
-        if row['status'] != 'ok':
-            print(f'\nevaluate: episode {row["episode"]} {row["status"]}: {row["error"]}',
-                  file=sys.stderr)
+        rows[row["episode"]] = row
+        if row["status"] != "ok":
+            print(f"\nevaluate: episode {row['episode']} {row['status']}: {row['error']}", file=sys.stderr)
         elif not progress:  # no bar (a pipe, a log file): one line per finished episode
-            print(f'evaluate: episode {row["episode"]} ok ({len(rows)}/{len(episodes)})', file=sys.stderr, flush=True)
+            print(f"evaluate: episode {row['episode']} ok ({len(rows)}/{len(episodes)})", file=sys.stderr, flush=True)
+
     try:
-        run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress,
-                     skipped=len(rows))
+        run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress, skipped=len(rows))
     except ValueError as exc:  # resources the Ray instance cannot give
-        print(f'evaluate: error: {exc}', file=sys.stderr)
+        print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f'evaluate: interrupted; {len(rows)} finished episodes are kept in {args.out}',
-              file=sys.stderr)
+        print(f"evaluate: interrupted; {len(rows)} finished episodes are kept in {args.out}", file=sys.stderr)
         return 130
     return _finish(folder, [rows[ep.id] for ep in episodes], kind)
 
@@ -244,15 +304,15 @@ def _finish(folder: OutputFolder, table: list[dict], kind: str) -> int:
     written = folder.write_table(table, kind)
     agg = aggregate(table, kind)
     text = format_aggregate(agg)
-    (folder.root / 'report.txt').write_text(text + '\n')
-    (folder.root / 'report.json').write_text(json.dumps(agg, indent=1, default=str))
-    written += [folder.root / 'report.txt', folder.root / 'report.json']
+    (folder.root / "report.txt").write_text(text + "\n")
+    (folder.root / "report.json").write_text(json.dumps(agg, indent=1, default=str))
+    written += [folder.root / "report.txt", folder.root / "report.json"]
     written += save_plots(agg, table, folder.root)
     print(text)
     for path in written:
-        print(f'  wrote {path}')
-    return 0 if not agg['failed'] else 1
+        print(f"  wrote {path}")
+    return 0 if not agg["failed"] else 1
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ['Episode', 'EvaluateError', 'closed_loop_episodes', 'find_bags', 'open_loop_episodes']
+__all__ = ["Episode", "EvaluateError", "closed_loop_episodes", "find_bags", "open_loop_episodes"]
 
-OPEN_LOOP = 'open_loop'
-CLOSED_LOOP = 'closed_loop'
-REPLAY_MODULE = 'oxygen_ros.replay.replay'
-CLOSED_LOOP_MODULE = 'oxygen_ros.sim.closed_loop.run'
-RUNNER_MODULE = 'oxygen_ros.evaluate.runner'
+OPEN_LOOP = "open_loop"
+CLOSED_LOOP = "closed_loop"
+REPLAY_MODULE = "oxygen_ros.replay.replay"
+CLOSED_LOOP_MODULE = "oxygen_ros.sim.closed_loop.run"
+RUNNER_MODULE = "oxygen_ros.evaluate.runner"
 
 
 class EvaluateError(ValueError):
@@ -52,13 +52,19 @@ class Episode:
         :mod:`oxygen_ros.evaluate.runner`, which first clears the signal mask inherited from a
         Ray worker (it blocks SIGINT, so neither the episode nor its nodes could be stopped
         cleanly)."""
-        return [python or sys.executable, '-m', RUNNER_MODULE, self.module,
-                *(a.replace('{out}', str(out_dir)) for a in self.args)]
+        return [
+            python or sys.executable,
+            "-m",
+            RUNNER_MODULE,
+            self.module,
+            *(a.replace("{out}", str(out_dir)) for a in self.args),
+        ]
 
 
 def _is_bag(path: Path) -> bool:
-    return (path.is_dir() and (path / 'metadata.yaml').is_file()) or \
-        (path.is_file() and path.suffix in ('.mcap', '.db3'))
+    return (path.is_dir() and (path / "metadata.yaml").is_file()) or (
+        path.is_file() and path.suffix in (".mcap", ".db3")
+    )
 
 
 def find_bags(paths: Sequence[Path]) -> list[Path]:
@@ -71,24 +77,24 @@ def find_bags(paths: Sequence[Path]) -> list[Path]:
     bags: list[Path] = []
     for p in map(Path, paths):
         if not p.exists():
-            raise EvaluateError(f'{p} does not exist')
+            raise EvaluateError(f"{p} does not exist")
         if _is_bag(p):
             bags.append(p)
             continue
         found = sorted(c for c in p.iterdir() if _is_bag(c)) if p.is_dir() else []
         if not found:
-            raise EvaluateError(f'{p} is neither a bag (a folder with metadata.yaml, or an .mcap '
-                                f'file) nor a folder of bags')
+            raise EvaluateError(
+                f"{p} is neither a bag (a folder with metadata.yaml, or an .mcap file) nor a folder of bags"
+            )
         bags += found
     return bags
 
 
 def _slug(text: str) -> str:
-    return re.sub(r'[^A-Za-z0-9_.-]+', '_', text).strip('_') or 'bag'
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "bag"
 
 
-def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = (),
-                       model: str = '') -> list[Episode]:
+def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = (), model: str = "") -> list[Episode]:
     """One ``replay`` episode per bag (ids from the bag names, made unique in order).
 
     Args:
@@ -102,17 +108,22 @@ def open_loop_episodes(bags: Sequence[Path], replay_args: Sequence[str] = (),
         eid, n = base, 1
         while eid in seen:
             n += 1
-            eid = f'{base}-{n}'
+            eid = f"{base}-{n}"
         seen.add(eid)
-        args = (str(bag.resolve()), '--out', '{out}', '--overwrite', '--progress', 'off',
-                '--quiet-text', *replay_args)
-        episodes.append(Episode(eid, OPEN_LOOP, {'model': model, 'bag': str(bag)}, REPLAY_MODULE, args))
+        args = (str(bag.resolve()), "--out", "{out}", "--overwrite", "--progress", "off", "--quiet-text", *replay_args)
+        episodes.append(Episode(eid, OPEN_LOOP, {"model": model, "bag": str(bag)}, REPLAY_MODULE, args))
     return episodes
 
 
-def closed_loop_episodes(seeds: Sequence[int], policy: str, latencies_ms: Sequence[float],
-                         episode_s: float, episode_timeout_s: float,
-                         loop_args: Sequence[str] = (), model: str = '') -> list[Episode]:
+def closed_loop_episodes(
+    seeds: Sequence[int],
+    policy: str,
+    latencies_ms: Sequence[float],
+    episode_s: float,
+    episode_timeout_s: float,
+    loop_args: Sequence[str] = (),
+    model: str = "",
+) -> list[Episode]:
     """One ``closed_loop`` episode per (latency, seed), each ending at success or ``episode_s``.
 
     Args:
@@ -129,19 +140,41 @@ def closed_loop_episodes(seeds: Sequence[int], policy: str, latencies_ms: Sequen
         EvaluateError: no seed, a negative latency, or a non-positive episode length.
     """
     if not seeds:
-        raise EvaluateError('no episode to run (--episodes 0)')
+        raise EvaluateError("no episode to run (--episodes 0)")
     if any(lat < 0 for lat in latencies_ms):
-        raise EvaluateError(f'latencies must be >= 0 ms, got {list(latencies_ms)}')
+        raise EvaluateError(f"latencies must be >= 0 ms, got {list(latencies_ms)}")
     if not episode_s > 0:
-        raise EvaluateError(f'--episode-s must be > 0, got {episode_s}')
+        raise EvaluateError(f"--episode-s must be > 0, got {episode_s}")
     episodes = []
     for lat in dict.fromkeys(float(v) for v in latencies_ms):  # a latency given twice runs once
         for seed in seeds:
-            eid = f'{policy}-lat{lat:g}ms-seed{seed:04d}'
-            args = ('--policy', policy, '--latency-ms', f'{lat:g}', '--seed', str(seed),
-                    '--episode-s', f'{episode_s:g}', '--ask', '', '--timeout', f'{episode_timeout_s:g}',
-                    '--json', '{out}/report.json', '--log-dir', '{out}/logs', *loop_args)
-            episodes.append(Episode(eid, CLOSED_LOOP, {'model': model, 'seed': seed, 'policy': policy,
-                                                       'latency_ms': float(lat)},
-                                    CLOSED_LOOP_MODULE, args))
+            eid = f"{policy}-lat{lat:g}ms-seed{seed:04d}"
+            args = (
+                "--policy",
+                policy,
+                "--latency-ms",
+                f"{lat:g}",
+                "--seed",
+                str(seed),
+                "--episode-s",
+                f"{episode_s:g}",
+                "--ask",
+                "",
+                "--timeout",
+                f"{episode_timeout_s:g}",
+                "--json",
+                "{out}/report.json",
+                "--log-dir",
+                "{out}/logs",
+                *loop_args,
+            )
+            episodes.append(
+                Episode(
+                    eid,
+                    CLOSED_LOOP,
+                    {"model": model, "seed": seed, "policy": policy, "latency_ms": float(lat)},
+                    CLOSED_LOOP_MODULE,
+                    args,
+                )
+            )
     return episodes

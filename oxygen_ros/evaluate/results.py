@@ -27,10 +27,22 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import CLOSED_LOOP, Episode, EvaluateError
 from oxygen_ros.evaluate.runner import CLOSED_LOOP_METRICS, OPEN_LOOP_METRICS
 
-__all__ = ['OutputFolder', 'aggregate', 'format_aggregate', 'wilson_interval']
+__all__ = ["OutputFolder", "aggregate", "format_aggregate", "wilson_interval"]
 
-_BASE_COLUMNS = ('episode', 'kind', 'model', 'bag', 'seed', 'policy', 'latency_ms', 'status', 'error', 'note',
-                 'exit_code', 'wall_s')
+_BASE_COLUMNS = (
+    "episode",
+    "kind",
+    "model",
+    "bag",
+    "seed",
+    "policy",
+    "latency_ms",
+    "status",
+    "error",
+    "note",
+    "exit_code",
+    "wall_s",
+)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -43,7 +55,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         return math.nan, math.nan
     from scipy.stats import binomtest
 
-    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method='wilson')
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)
 
 
@@ -62,27 +74,27 @@ class OutputFolder:
 
     def __init__(self, root: Path, settings: dict[str, Any], overwrite: bool = False) -> None:
         self.root = Path(root)
-        self.episodes_dir = self.root / 'episodes'
-        marker = self.root / 'evaluation.json'
+        self.episodes_dir = self.root / "episodes"
+        marker = self.root / "evaluation.json"
         if self.root.exists() and any(self.root.iterdir()):
             if not marker.is_file():
-                raise EvaluateError(f'{self.root} exists and is not an evaluation folder; choose '
-                                    'another --out')
+                raise EvaluateError(f"{self.root} exists and is not an evaluation folder; choose another --out")
             if overwrite:
                 shutil.rmtree(self.root)
             else:
                 previous = json.loads(marker.read_text())
                 if previous != settings:
-                    diff = sorted(k for k in set(previous) | set(settings)
-                                  if previous.get(k) != settings.get(k))
-                    raise EvaluateError(f'{self.root} holds an evaluation with other settings '
-                                        f'({", ".join(diff)}); use another --out, or --overwrite '
-                                        'to start it again')
+                    diff = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+                    raise EvaluateError(
+                        f"{self.root} holds an evaluation with other settings "
+                        f"({', '.join(diff)}); use another --out, or --overwrite "
+                        "to start it again"
+                    )
         self.episodes_dir.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps(settings, indent=1))
 
     def result_path(self, episode: Episode) -> Path:
-        return self.episodes_dir / episode.id / 'result.json'
+        return self.episodes_dir / episode.id / "result.json"
 
     def finished(self, episode: Episode) -> dict[str, Any] | None:
         """The saved row of an episode that ended ``ok`` with the same arguments, else None (it must
@@ -92,12 +104,12 @@ class OutputFolder:
         except (OSError, ValueError):
             return None
         # the same command (bag path, episode length, seed ...): an id alone is not the episode
-        return row if row.get('status') == 'ok' and row.get('args') == list(episode.args) else None
+        return row if row.get("status") == "ok" and row.get("args") == list(episode.args) else None
 
     def save_row(self, row: dict[str, Any]) -> None:
-        path = self.episodes_dir / row['episode'] / 'result.json'
+        path = self.episodes_dir / row["episode"] / "result.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix('.tmp')
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(row, indent=1, default=str))
         tmp.replace(path)
 
@@ -106,9 +118,9 @@ class OutputFolder:
         metrics = CLOSED_LOOP_METRICS if kind == CLOSED_LOOP else OPEN_LOOP_METRICS
         present = {k for r in rows for k in r}
         columns = [c for c in (*_BASE_COLUMNS, *metrics) if c in present]
-        csv_path, json_path = self.root / 'episodes.csv', self.root / 'episodes.json'
-        with open(csv_path, 'w', newline='') as f:
-            w = csv.DictWriter(f, fieldnames=columns, extrasaction='ignore')
+        csv_path, json_path = self.root / "episodes.csv", self.root / "episodes.json"
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             w.writeheader()
             for r in rows:
                 w.writerow({c: _cell(r.get(c)) for c in columns})
@@ -118,9 +130,9 @@ class OutputFolder:
 
 def _cell(v: Any) -> Any:
     if v is None:
-        return ''
+        return ""
     if isinstance(v, float):
-        return f'{v:.6g}'
+        return f"{v:.6g}"
     return v
 
 
@@ -136,55 +148,79 @@ def _curve_mean(curves: Sequence[Sequence[Any]]) -> list[float | None]:
 
 def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     """Aggregate of the table: see :func:`format_aggregate` for what it holds."""
-    failed = [{'episode': r['episode'], 'status': r['status'], 'error': r.get('error', '')}
-              for r in rows if r['status'] != 'ok']
-    ok = [r for r in rows if r['status'] == 'ok']
-    out: dict[str, Any] = {'kind': kind, 'episodes': len(rows), 'completed': len(ok),
-                           'failed': failed}
+    failed = [
+        {"episode": r["episode"], "status": r["status"], "error": r.get("error", "")}
+        for r in rows
+        if r["status"] != "ok"
+    ]
+    ok = [r for r in rows if r["status"] == "ok"]
+    out: dict[str, Any] = {"kind": kind, "episodes": len(rows), "completed": len(ok), "failed": failed}
     if kind == CLOSED_LOOP:
         groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
         for r in rows:
-            groups.setdefault((r.get('policy', ''), float(r.get('latency_ms', 0.0))), []).append(r)
-        out['groups'] = []
+            groups.setdefault((r.get("policy", ""), float(r.get("latency_ms", 0.0))), []).append(r)
+        out["groups"] = []
         for (policy, lat), rs in sorted(groups.items()):
-            done = [r for r in rs if r['status'] == 'ok']
-            wins = [r for r in done if r.get('success')]
+            done = [r for r in rs if r["status"] == "ok"]
+            wins = [r for r in done if r.get("success")]
             low, high = wilson_interval(len(wins), len(done))
-            out['groups'].append({
-                'policy': policy, 'latency_ms': lat, 'episodes': len(rs), 'completed': len(done),
-                'failed': len(rs) - len(done), 'successes': len(wins),
-                'success_rate': len(wins) / len(done) if done else None,
-                'wilson95_low': None if math.isnan(low) else low,
-                'wilson95_high': None if math.isnan(high) else high,
-                'time_to_success_s_mean': _mean([r.get('time_to_success_s') for r in wins]),
-                'path_length_rad_mean': _mean([r.get('path_length_rad') for r in done]),
-                'max_switch_jump_max': max((float(r['max_switch_jump']) for r in done
-                                            if isinstance(r.get('max_switch_jump'), (int, float))
-                                            and math.isfinite(r['max_switch_jump'])), default=None),
-                'lift_max_m_mean': _mean([r.get('lift_max_m') for r in done]),
-            })
+            out["groups"].append(
+                {
+                    "policy": policy,
+                    "latency_ms": lat,
+                    "episodes": len(rs),
+                    "completed": len(done),
+                    "failed": len(rs) - len(done),
+                    "successes": len(wins),
+                    "success_rate": len(wins) / len(done) if done else None,
+                    "wilson95_low": None if math.isnan(low) else low,
+                    "wilson95_high": None if math.isnan(high) else high,
+                    "time_to_success_s_mean": _mean([r.get("time_to_success_s") for r in wins]),
+                    "path_length_rad_mean": _mean([r.get("path_length_rad") for r in done]),
+                    "max_switch_jump_max": max(
+                        (
+                            float(r["max_switch_jump"])
+                            for r in done
+                            if isinstance(r.get("max_switch_jump"), (int, float))
+                            and math.isfinite(r["max_switch_jump"])
+                        ),
+                        default=None,
+                    ),
+                    "lift_max_m_mean": _mean([r.get("lift_max_m") for r in done]),
+                }
+            )
         return out
-    with_ref = [r for r in ok if r.get('reference_available')]
-    out['without_reference'] = [r['episode'] for r in ok if not r.get('reference_available')]
-    out['with_reference'] = len(with_ref)
+    with_ref = [r for r in ok if r.get("reference_available")]
+    out["without_reference"] = [r["episode"] for r in ok if not r.get("reference_available")]
+    out["with_reference"] = len(with_ref)
     kinds: dict[str, int] = {}
     for r in with_ref:  # commands and joint states are different references: say how many of each
-        kinds[str(r.get('reference_kind'))] = kinds.get(str(r.get('reference_kind')), 0) + 1
-    out['reference_kinds'] = kinds
-    for key in ('mae', 'rmse', 'mae_norm', 'rmse_norm', 'arms_mae_norm', 'grippers_mae_norm',
-                'hold_mae', 'hold_mae_norm', 'first_point_mae_norm'):
+        kinds[str(r.get("reference_kind"))] = kinds.get(str(r.get("reference_kind")), 0) + 1
+    out["reference_kinds"] = kinds
+    for key in (
+        "mae",
+        "rmse",
+        "mae_norm",
+        "rmse_norm",
+        "arms_mae_norm",
+        "grippers_mae_norm",
+        "hold_mae",
+        "hold_mae_norm",
+        "first_point_mae_norm",
+    ):
         out[key] = _mean([r.get(key) for r in with_ref])
-    out['beats_hold_baseline'] = sum(1 for r in with_ref if r.get('mae_norm') is not None
-                                     and r.get('hold_mae_norm') is not None
-                                     and r['mae_norm'] < r['hold_mae_norm'])
-    out['by_horizon_mae_norm'] = _curve_mean([r.get('by_horizon_mae_norm') or [] for r in with_ref])
-    out['hold_by_horizon_mae_norm'] = _curve_mean([r.get('hold_by_horizon_mae_norm') or []
-                                                   for r in with_ref])
+    out["beats_hold_baseline"] = sum(
+        1
+        for r in with_ref
+        if r.get("mae_norm") is not None and r.get("hold_mae_norm") is not None and r["mae_norm"] < r["hold_mae_norm"]
+    )
+    out["by_horizon_mae_norm"] = _curve_mean([r.get("by_horizon_mae_norm") or [] for r in with_ref])
+    out["hold_by_horizon_mae_norm"] = _curve_mean([r.get("hold_by_horizon_mae_norm") or [] for r in with_ref])
     return out
 
 
-def _f(v: Any, nd: int = 3, unit: str = '') -> str:
-    return '-' if v is None else f'{v:.{nd}f}{unit}'
+def _f(v: Any, nd: int = 3, unit: str = "") -> str:
+    return "-" if v is None else f"{v:.{nd}f}{unit}"
 
 
 def format_aggregate(agg: dict[str, Any]) -> str:
@@ -192,32 +228,44 @@ def format_aggregate(agg: dict[str, Any]) -> str:
     mean time to success, path length and largest switch jump (closed loop); or the mean action
     error in joint units and normalised by each joint's recorded range, arms and grippers apart,
     next to the hold-the-state baseline (open loop). Failed episodes are listed with their error."""
-    lines = [f'evaluate: {agg["kind"].replace("_", "-")}, {agg["episodes"]} episodes, '
-             f'{agg["completed"]} completed, {len(agg["failed"])} failed']
-    if agg['kind'] == CLOSED_LOOP:
-        lines.append(f'  {"policy":<9} {"latency":>8} {"success":>9} {"rate":>6} {"95% Wilson":>15} '
-                     f'{"t_success":>9} {"path rad":>8} {"max jump":>8}')
-        for g in agg['groups']:
-            ci = (f'[{g["wilson95_low"]:.2f}, {g["wilson95_high"]:.2f}]'
-                  if g['wilson95_low'] is not None else '-')
-            lines.append(f'  {g["policy"]:<9} {g["latency_ms"]:>6g}ms {g["successes"]:>4}/'
-                         f'{g["completed"]:<4} {_f(g["success_rate"], 2):>6} {ci:>15} '
-                         f'{_f(g["time_to_success_s_mean"], 2, "s"):>9} {_f(g["path_length_rad_mean"], 2):>8} '
-                         f'{_f(g["max_switch_jump_max"], 3):>8}'
-                         + (f'  ({g["failed"]} failed, not in the rate)' if g['failed'] else ''))
+    lines = [
+        f"evaluate: {agg['kind'].replace('_', '-')}, {agg['episodes']} episodes, "
+        f"{agg['completed']} completed, {len(agg['failed'])} failed"
+    ]
+    if agg["kind"] == CLOSED_LOOP:
+        lines.append(
+            f"  {'policy':<9} {'latency':>8} {'success':>9} {'rate':>6} {'95% Wilson':>15} "
+            f"{'t_success':>9} {'path rad':>8} {'max jump':>8}"
+        )
+        for g in agg["groups"]:
+            ci = f"[{g['wilson95_low']:.2f}, {g['wilson95_high']:.2f}]" if g["wilson95_low"] is not None else "-"
+            lines.append(
+                f"  {g['policy']:<9} {g['latency_ms']:>6g}ms {g['successes']:>4}/"
+                f"{g['completed']:<4} {_f(g['success_rate'], 2):>6} {ci:>15} "
+                f"{_f(g['time_to_success_s_mean'], 2, 's'):>9} {_f(g['path_length_rad_mean'], 2):>8} "
+                f"{_f(g['max_switch_jump_max'], 3):>8}"
+                + (f"  ({g['failed']} failed, not in the rate)" if g["failed"] else "")
+            )
     else:
-        kinds = ', '.join(f'{k} {v}' for k, v in sorted(agg.get('reference_kinds', {}).items()))
-        lines.append(f'  bags with a reference: {agg["with_reference"]}' + (f' ({kinds})' if kinds else '')
-                     + (f'; without: {", ".join(agg["without_reference"])}'
-                        if agg['without_reference'] else ''))
-        lines.append(f'  {"":<22} {"policy":>9} {"hold state":>11}')
-        for label, key, hold in (('MAE (joint units)', 'mae', 'hold_mae'),
-                                 ('MAE / joint range', 'mae_norm', 'hold_mae_norm')):
-            lines.append(f'  {label:<22} {_f(agg[key], 4):>9} {_f(agg[hold], 4):>11}')
-        lines.append(f'  arms / grippers (norm.) {_f(agg["arms_mae_norm"], 4)} / '
-                     f'{_f(agg["grippers_mae_norm"], 4)}; first point {_f(agg["first_point_mae_norm"], 4)}')
-        lines.append(f'  policy better than holding the state on {agg["beats_hold_baseline"]} of '
-                     f'{agg["with_reference"]} bags')
-    for f in agg['failed']:
-        lines.append(f'  {f["status"].upper():<9} {f["episode"]}: {f["error"]}')
-    return '\n'.join(lines)
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(agg.get("reference_kinds", {}).items()))
+        lines.append(
+            f"  bags with a reference: {agg['with_reference']}"
+            + (f" ({kinds})" if kinds else "")
+            + (f"; without: {', '.join(agg['without_reference'])}" if agg["without_reference"] else "")
+        )
+        lines.append(f"  {'':<22} {'policy':>9} {'hold state':>11}")
+        for label, key, hold in (
+            ("MAE (joint units)", "mae", "hold_mae"),
+            ("MAE / joint range", "mae_norm", "hold_mae_norm"),
+        ):
+            lines.append(f"  {label:<22} {_f(agg[key], 4):>9} {_f(agg[hold], 4):>11}")
+        lines.append(
+            f"  arms / grippers (norm.) {_f(agg['arms_mae_norm'], 4)} / "
+            f"{_f(agg['grippers_mae_norm'], 4)}; first point {_f(agg['first_point_mae_norm'], 4)}"
+        )
+        lines.append(
+            f"  policy better than holding the state on {agg['beats_hold_baseline']} of {agg['with_reference']} bags"
+        )
+    for f in agg["failed"]:
+        lines.append(f"  {f['status'].upper():<9} {f['episode']}: {f['error']}")
+    return "\n".join(lines)

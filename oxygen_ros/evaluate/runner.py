@@ -27,23 +27,52 @@ from typing import Any
 
 from oxygen_ros.evaluate.episodes import CLOSED_LOOP, Episode
 
-__all__ = ['CLOSED_LOOP_METRICS', 'OPEN_LOOP_METRICS', 'PID_FILE', 'kill_episode_group', 'row_from_outputs',
-           'run_episode']
+__all__ = [
+    "CLOSED_LOOP_METRICS",
+    "OPEN_LOOP_METRICS",
+    "PID_FILE",
+    "kill_episode_group",
+    "row_from_outputs",
+    "run_episode",
+]
 
-OPEN_LOOP_METRICS = ('reference_available', 'reference_kind', 'reference_topic', 'n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm',
-                     'rmse_norm', 'arms_mae_norm', 'grippers_mae_norm', 'hold_mae', 'hold_mae_norm',
-                     'first_point_mae_norm', 'chunks', 'frame_time_p50_ms')
+OPEN_LOOP_METRICS = (
+    "reference_available",
+    "reference_kind",
+    "reference_topic",
+    "n_chunks",
+    "n_points",
+    "mae",
+    "rmse",
+    "mae_norm",
+    "rmse_norm",
+    "arms_mae_norm",
+    "grippers_mae_norm",
+    "hold_mae",
+    "hold_mae_norm",
+    "first_point_mae_norm",
+    "chunks",
+    "frame_time_p50_ms",
+)
 """Open-loop columns: accuracy in joint units / normalised by the joint's recorded range (means
 over joints), arms and grippers apart, the hold-the-state baseline, the error of a chunk's first
 point (wall-clock independent); the replay's chunk count and median frame time (machine-dependent)."""
 
-CLOSED_LOOP_METRICS = ('success', 'time_to_success_s', 'episode_s', 'path_length_rad',
-                       'gripper_path_length', 'max_switch_jump', 'lift_max_m', 'max_reward',
-                       'checks_failed')
+CLOSED_LOOP_METRICS = (
+    "success",
+    "time_to_success_s",
+    "episode_s",
+    "path_length_rad",
+    "gripper_path_length",
+    "max_switch_jump",
+    "lift_max_m",
+    "max_reward",
+    "checks_failed",
+)
 """Closed-loop columns: the sim's success verdict and per-episode measures (see
 :mod:`oxygen_ros.sim.closed_loop.run`) and the names of the loop's failed safety checks."""
 
-PID_FILE = 'episode.pid'
+PID_FILE = "episode.pid"
 """Written in the episode folder when its process starts: the id of its process group (and the
 time it started running, as the file's modification time)."""
 
@@ -55,9 +84,9 @@ def _tail(text: str, lines: int = 3) -> str:
     """The reason in a failed episode's output: from its last ``error``/``Error`` line on (the
     message may span lines), else its last lines; joined with `` | ``."""
     kept = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    marked = [i for i, ln in enumerate(kept) if re.search(r'\berror\b|Error\b', ln)]
+    marked = [i for i, ln in enumerate(kept) if re.search(r"\berror\b|Error\b", ln)]
     start = marked[-1] if marked else max(0, len(kept) - lines)
-    return ' | '.join(kept[start:start + lines])[:600]
+    return " | ".join(kept[start : start + lines])[:600]
 
 
 def _num(value: Any) -> float | None:
@@ -70,53 +99,62 @@ def _num(value: Any) -> float | None:
 
 def _open_loop_metrics(out_dir: Path) -> tuple[dict[str, Any], str]:
     """Metrics from ``replay``'s ``report.json`` (empty + reason when it is missing)."""
-    path = out_dir / 'report.json'
+    path = out_dir / "report.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return {}, f'no readable report.json ({type(exc).__name__})'
-    acc = data.get('action_accuracy') or {}
-    summary = data.get('summary') or {}
-    hold = acc.get('hold_baseline') or {}
-    by_h = (acc.get('by_horizon') or {}).get('mae_norm') or []
-    frame_p50 = _num(summary.get('frame_time_p50_s'))
+        return {}, f"no readable report.json ({type(exc).__name__})"
+    acc = data.get("action_accuracy") or {}
+    summary = data.get("summary") or {}
+    hold = acc.get("hold_baseline") or {}
+    by_h = (acc.get("by_horizon") or {}).get("mae_norm") or []
+    frame_p50 = _num(summary.get("frame_time_p50_s"))
     row = {
-        'reference_available': bool(acc.get('available', False)),
-        'reference_kind': acc.get('reference_kind'), 'reference_topic': acc.get('reference_topic'),
-        'reference_note': (acc.get('message') or '') if acc.get('available') else '',
-        'n_chunks': acc.get('n_chunks'), 'n_points': acc.get('n_points'),
-        'mae': _num(acc.get('mae')), 'rmse': _num(acc.get('rmse')),
-        'mae_norm': _num(acc.get('mae_norm')), 'rmse_norm': _num(acc.get('rmse_norm')),
-        'arms_mae_norm': _num((acc.get('arms') or {}).get('mae_norm')),
-        'grippers_mae_norm': _num((acc.get('grippers') or {}).get('mae_norm')),
-        'hold_mae': _num(hold.get('mae')), 'hold_mae_norm': _num(hold.get('mae_norm')),
-        'first_point_mae_norm': _num(by_h[0]) if by_h else None,
-        'chunks': summary.get('chunks'),
-        'frame_time_p50_ms': None if frame_p50 is None else round(frame_p50 * 1e3, 2),
-        'by_horizon_mae_norm': [_num(v) for v in by_h],
-        'hold_by_horizon_mae_norm': [_num(v) for v in (hold.get('by_horizon') or {}).get('mae_norm', [])],
+        "reference_available": bool(acc.get("available", False)),
+        "reference_kind": acc.get("reference_kind"),
+        "reference_topic": acc.get("reference_topic"),
+        "reference_note": (acc.get("message") or "") if acc.get("available") else "",
+        "n_chunks": acc.get("n_chunks"),
+        "n_points": acc.get("n_points"),
+        "mae": _num(acc.get("mae")),
+        "rmse": _num(acc.get("rmse")),
+        "mae_norm": _num(acc.get("mae_norm")),
+        "rmse_norm": _num(acc.get("rmse_norm")),
+        "arms_mae_norm": _num((acc.get("arms") or {}).get("mae_norm")),
+        "grippers_mae_norm": _num((acc.get("grippers") or {}).get("mae_norm")),
+        "hold_mae": _num(hold.get("mae")),
+        "hold_mae_norm": _num(hold.get("mae_norm")),
+        "first_point_mae_norm": _num(by_h[0]) if by_h else None,
+        "chunks": summary.get("chunks"),
+        "frame_time_p50_ms": None if frame_p50 is None else round(frame_p50 * 1e3, 2),
+        "by_horizon_mae_norm": [_num(v) for v in by_h],
+        "hold_by_horizon_mae_norm": [_num(v) for v in (hold.get("by_horizon") or {}).get("mae_norm", [])],
     }
-    return row, '' if acc.get('available', False) else (acc.get('message') or 'no reference')
+    return row, "" if acc.get("available", False) else (acc.get("message") or "no reference")
 
 
 def _closed_loop_metrics(out_dir: Path) -> tuple[dict[str, Any], str]:
     """Metrics from ``closed_loop``'s JSON report; the error is the loop's own when it has one."""
     try:
-        report = json.loads((out_dir / 'report.json').read_text())
+        report = json.loads((out_dir / "report.json").read_text())
     except (OSError, ValueError) as exc:
-        return {}, f'no readable report.json ({type(exc).__name__})'
-    ep = report.get('episode') or {}
-    failed = sorted(k for k, v in (report.get('checks') or {}).items()
-                    if v is False or (isinstance(v, dict) and v.get('ok') is False))
-    row = {k: ep.get(k) for k in CLOSED_LOOP_METRICS if k != 'checks_failed'}
-    row['success'] = bool(ep.get('success', False))
-    row['checks_failed'] = ' '.join(failed)
-    error = report.get('error') or ('' if ep else 'the report has no episode section')
+        return {}, f"no readable report.json ({type(exc).__name__})"
+    ep = report.get("episode") or {}
+    failed = sorted(
+        k
+        for k, v in (report.get("checks") or {}).items()
+        if v is False or (isinstance(v, dict) and v.get("ok") is False)
+    )
+    row = {k: ep.get(k) for k in CLOSED_LOOP_METRICS if k != "checks_failed"}
+    row["success"] = bool(ep.get("success", False))
+    row["checks_failed"] = " ".join(failed)
+    error = report.get("error") or ("" if ep else "the report has no episode section")
     return row, error
 
 
-def row_from_outputs(episode: Episode, out_dir: Path, exit_code: int | None, output: str,
-                     wall_s: float, timed_out: bool) -> dict[str, Any]:
+def row_from_outputs(
+    episode: Episode, out_dir: Path, exit_code: int | None, output: str, wall_s: float, timed_out: bool
+) -> dict[str, Any]:
     """The table row of a finished (or killed) episode from what it left in ``out_dir``.
 
     Args:
@@ -127,35 +165,34 @@ def row_from_outputs(episode: Episode, out_dir: Path, exit_code: int | None, out
         wall_s: wall seconds it ran.
         timed_out: it was stopped at its time limit.
     """
-    row: dict[str, Any] = {'episode': episode.id, 'kind': episode.kind, **episode.columns,
-                           'args': list(episode.args)}
+    row: dict[str, Any] = {"episode": episode.id, "kind": episode.kind, **episode.columns, "args": list(episode.args)}
     if episode.kind == CLOSED_LOOP:
         metrics, error = _closed_loop_metrics(out_dir)
         ok = not error and exit_code in (0, 1)  # 1: a safety check failed; the episode still ran
     else:
         metrics, error = _open_loop_metrics(out_dir)
         ok = exit_code == 0 and bool(metrics)
-        if exit_code == 0 and metrics and not metrics['reference_available']:
-            row['note'] = error  # ran fine; the bag has no usable reference (said, not zeros)
-            error = ''
-        elif metrics.get('reference_note'):
-            row['note'] = metrics['reference_note']  # e.g. compared with the joint states instead
+        if exit_code == 0 and metrics and not metrics["reference_available"]:
+            row["note"] = error  # ran fine; the bag has no usable reference (said, not zeros)
+            error = ""
+        elif metrics.get("reference_note"):
+            row["note"] = metrics["reference_note"]  # e.g. compared with the joint states instead
     if timed_out:
-        status, error = 'timed_out', f'timed out after {wall_s:.0f} s' + (f'; {error}' if error else '')
+        status, error = "timed_out", f"timed out after {wall_s:.0f} s" + (f"; {error}" if error else "")
     elif ok and not error:
-        status = 'ok'
+        status = "ok"
     else:
-        status = 'failed'
+        status = "failed"
         if not error or exit_code not in (0, 1):
-            error = f'exit {exit_code}: {_tail(output) or error}'
-    row.update(status=status, error=error if status != 'ok' else '', exit_code=exit_code,
-               wall_s=round(wall_s, 2))
+            error = f"exit {exit_code}: {_tail(output) or error}"
+    row.update(status=status, error=error if status != "ok" else "", exit_code=exit_code, wall_s=round(wall_s, 2))
     row.update(metrics)
     return row
 
 
-def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
-                env: dict[str, str] | None = None, cwd: str | None = None) -> dict[str, Any]:
+def run_episode(
+    episode: Episode, out_dir: Path, timeout_s: float, env: dict[str, str] | None = None, cwd: str | None = None
+) -> dict[str, Any]:
     """Run ``episode`` into ``out_dir`` (created) as a process and return its row.
 
     Args:
@@ -169,22 +206,23 @@ def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
     Never raises for a failing episode: the row says what happened.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ('report.json', 'result.json', PID_FILE):  # a previous attempt's: never read as this one's
+    for stale in ("report.json", "result.json", PID_FILE):  # a previous attempt's: never read as this one's
         (out_dir / stale).unlink(missing_ok=True)
     cmd = episode.command(out_dir)
-    full_env = {**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if episode.kind == CLOSED_LOOP:  # a free domain per episode (domain_coordinator), never a shared one
-        full_env.pop('ROS_DOMAIN_ID', None)
+        full_env.pop("ROS_DOMAIN_ID", None)
     t0 = time.monotonic()
     timed_out = False
-    with open(out_dir / 'output.log', 'w+b') as log:
-        log.write(('$ ' + ' '.join(cmd) + '\n').encode())
+    with open(out_dir / "output.log", "w+b") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                    cwd=cwd, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True
+            )
         except OSError as exc:
-            return row_from_outputs(episode, out_dir, None, f'could not start: {exc}', 0.0, False)
+            return row_from_outputs(episode, out_dir, None, f"could not start: {exc}", 0.0, False)
         (out_dir / PID_FILE).write_text(str(proc.pid))  # its process group, for the driver's backstop
         try:
             proc.wait(timeout_s)
@@ -197,7 +235,7 @@ def run_episode(episode: Episode, out_dir: Path, timeout_s: float,
             raise
         wall = time.monotonic() - t0
         log.seek(0)
-        output = log.read().decode(errors='replace').split('\n', 1)[-1]  # without the '$ cmd' line
+        output = log.read().decode(errors="replace").split("\n", 1)[-1]  # without the '$ cmd' line
     return row_from_outputs(episode, out_dir, proc.returncode, output, wall, timed_out)
 
 
@@ -241,10 +279,10 @@ def _exec_module(argv: list[str]) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = list(argv)
-    runpy.run_module(argv[0], run_name='__main__', alter_sys=True)
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     import sys
 
     _exec_module(sys.argv[1:])

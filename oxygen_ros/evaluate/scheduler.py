@@ -28,7 +28,7 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import Episode
 from oxygen_ros.evaluate.runner import GRACE_S, PID_FILE, kill_episode_group, run_episode
 
-__all__ = ['RayOptions', 'embedded_ray_env', 'run_episodes']
+__all__ = ["RayOptions", "embedded_ray_env", "run_episodes"]
 
 BACKSTOP_S = 60.0
 """Seconds past an episode's own limit (and the SIGINT grace) before its Ray task is cancelled."""
@@ -48,13 +48,11 @@ class RayOptions:
         ValueError: a value out of range.
     """
 
-    def __init__(self, address: str | None = None, workers: int = 2, cpus: float = 1.0,
-                 gpus: float = 0.0) -> None:
+    def __init__(self, address: str | None = None, workers: int = 2, cpus: float = 1.0, gpus: float = 0.0) -> None:
         if workers < 1:
-            raise ValueError(f'--workers must be >= 1, got {workers}')
+            raise ValueError(f"--workers must be >= 1, got {workers}")
         if not cpus > 0 or gpus < 0:
-            raise ValueError(f'--cpus-per-episode must be > 0 and --gpus-per-episode >= 0, got '
-                             f'{cpus} and {gpus}')
+            raise ValueError(f"--cpus-per-episode must be > 0 and --gpus-per-episode >= 0, got {cpus} and {gpus}")
         self.address, self.workers, self.cpus, self.gpus = address, int(workers), float(cpus), float(gpus)
 
 
@@ -71,9 +69,10 @@ def import_ray(embedded: bool = False) -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ValueError(f'evaluate runs its episodes on Ray, which is not installed here ({exc}); install '
-                         'it with `.venv/bin/pip install -r requirements-eval.txt` (or `make setup WITH_EVAL=1`)'
-                         ) from exc
+        raise ValueError(
+            f"evaluate runs its episodes on Ray, which is not installed here ({exc}); install "
+            "it with `.venv/bin/pip install -r requirements-eval.txt` (or `make setup WITH_EVAL=1`)"
+        ) from exc
     return ray
 
 
@@ -88,20 +87,24 @@ def embedded_ray_env() -> None:
     Ray reads the mode into its configuration when it is imported: set later, this process would
     talk to its own token-checking GCS without a token. So the mode is set only while Ray is not
     imported yet (otherwise Ray's default, with its warning, stays)."""
-    os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
-    if 'ray' not in sys.modules:
-        os.environ.setdefault('RAY_AUTH_MODE', 'token')
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def _init_ray(opts: RayOptions) -> Any:
     ray = import_ray(embedded=not opts.address)
 
     if opts.address:
-        os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address=opts.address, logging_level=logging.WARNING, log_to_driver=False)
     else:
-        ray.init(num_cpus=max(1, int(round(opts.workers * opts.cpus + 0.4999))),
-                 include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(
+            num_cpus=max(1, int(round(opts.workers * opts.cpus + 0.4999))),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
     return ray
 
 
@@ -125,20 +128,35 @@ def check_resources(ray: Any, opts: RayOptions) -> None:
         ValueError: more CPUs or GPUs per episode than the Ray instance has.
     """
     have = ray.cluster_resources()
-    for name, want in (('CPU', opts.cpus), ('GPU', opts.gpus)):
+    for name, want in (("CPU", opts.cpus), ("GPU", opts.gpus)):
         if want > 0 and want > have.get(name, 0.0):
-            raise ValueError(f'each episode asks for {want:g} {name} but the Ray instance has '
-                             f'{have.get(name, 0.0):g}; lower --{name.lower()}s-per-episode')
+            raise ValueError(
+                f"each episode asks for {want:g} {name} but the Ray instance has "
+                f"{have.get(name, 0.0):g}; lower --{name.lower()}s-per-episode"
+            )
 
 
 def _lost_row(episode: Episode, status: str, error: str, wall_s: float) -> dict[str, Any]:
-    return {'episode': episode.id, 'kind': episode.kind, **episode.columns, 'status': status,
-            'error': error, 'exit_code': None, 'wall_s': round(wall_s, 2)}
+    return {
+        "episode": episode.id,
+        "kind": episode.kind,
+        **episode.columns,
+        "status": status,
+        "error": error,
+        "exit_code": None,
+        "wall_s": round(wall_s, 2),
+    }
 
 
-def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, timeout_s: float,
-                 on_row: Callable[[dict[str, Any]], None], progress: bool = True,
-                 skipped: int = 0) -> None:
+def run_episodes(
+    episodes: Sequence[Episode],
+    out_root: Path,
+    opts: RayOptions,
+    timeout_s: float,
+    on_row: Callable[[dict[str, Any]], None],
+    progress: bool = True,
+    skipped: int = 0,
+) -> None:
     """Run ``episodes`` on Ray, calling ``on_row(row)`` in the caller's thread as each one ends.
 
     Args:
@@ -169,9 +187,15 @@ def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, 
     cwd = os.getcwd()
     pending = list(episodes)
     running: dict[Any, tuple[Episode, float]] = {}
-    counts = {'ok': 0, 'failed': 0}
-    bar = tqdm(total=skipped + len(episodes), initial=skipped, unit='episode', desc='evaluate',
-               disable=not progress, dynamic_ncols=True)
+    counts = {"ok": 0, "failed": 0}
+    bar = tqdm(
+        total=skipped + len(episodes),
+        initial=skipped,
+        unit="episode",
+        desc="evaluate",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
         while pending or running:
             while pending and len(running) < opts.workers:
@@ -186,17 +210,23 @@ def run_episodes(episodes: Sequence[Episode], out_root: Path, opts: RayOptions, 
                 try:
                     rows.append(ray.get(ref))
                 except Exception as exc:  # the worker died or the task raised
-                    rows.append(_lost_row(ep, 'failed', f'{type(exc).__name__}: {exc}'[:500], now - t0))
+                    rows.append(_lost_row(ep, "failed", f"{type(exc).__name__}: {exc}"[:500], now - t0))
             for ref, (ep, _) in list(running.items()):
                 ran = _running_for(out_root / ep.id)  # from its start, not from the submission
                 if ran is not None and ran > timeout_s + GRACE_S + BACKSTOP_S:
                     ray.cancel(ref, force=True)
                     kill_episode_group(out_root / ep.id)
                     del running[ref]
-                    rows.append(_lost_row(ep, 'timed_out', f'the episode did not return within '
-                                          f'{ran:.0f} s of its start; its task was cancelled', ran))
+                    rows.append(
+                        _lost_row(
+                            ep,
+                            "timed_out",
+                            f"the episode did not return within {ran:.0f} s of its start; its task was cancelled",
+                            ran,
+                        )
+                    )
             for row in rows:
-                counts['ok' if row['status'] == 'ok' else 'failed'] += 1
+                counts["ok" if row["status"] == "ok" else "failed"] += 1
                 on_row(row)
                 bar.update(1)
                 bar.set_postfix(counts, refresh=False)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from oxygen_ros.ros.streams.text import Emit
 
-__all__ = ['Console']
+__all__ = ["Console"]
 
 
 def _terminal_columns() -> int:
@@ -41,22 +41,34 @@ class Console:
         out: where lines go (default stdout).
     """
 
-    def __init__(self, total: int, tasks: Sequence[str], progress: str = 'auto',
-                 show_text: bool = True, out: TextIO | None = None) -> None:
-        if progress not in ('auto', 'on', 'off'):
+    def __init__(
+        self,
+        total: int,
+        tasks: Sequence[str],
+        progress: str = "auto",
+        show_text: bool = True,
+        out: TextIO | None = None,
+    ) -> None:
+        if progress not in ("auto", "on", "off"):
             raise ValueError(f"progress must be 'auto', 'on' or 'off', got {progress!r}")
         self.out = out or sys.stdout
-        self.live = progress == 'on' or (progress == 'auto' and _terminal_columns() >= 40)
+        self.live = progress == "on" or (progress == "auto" and _terminal_columns() >= 40)
         self.show_text = show_text
-        self._bar = tqdm(total=total, desc='replay', unit='msg', disable=not self.live,
-                         dynamic_ncols=True, file=sys.stderr, position=0)
+        self._bar = tqdm(
+            total=total,
+            desc="replay",
+            unit="msg",
+            disable=not self.live,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            position=0,
+        )
         self._lines = {}
-        self._current = {t: '' for t in tasks}
+        self._current = {t: "" for t in tasks}
         if self.live and show_text:
             for i, t in enumerate(tasks):
-                self._lines[t] = tqdm(total=0, bar_format='{desc}', position=i + 1, leave=False,
-                                      file=sys.stderr)
-                self._lines[t].set_description_str(f'  {t}: ')
+                self._lines[t] = tqdm(total=0, bar_format="{desc}", position=i + 1, leave=False, file=sys.stderr)
+                self._lines[t].set_description_str(f"  {t}: ")
 
     def advance(self, n: int = 1, **postfix: object) -> None:
         """Move the bar by ``n`` messages; ``postfix`` items are shown after it."""
@@ -75,28 +87,28 @@ class Console:
     def ask(self, bag_time: float, task: str, text: str) -> None:
         """An ask arrived at ``bag_time`` seconds for ``task``."""
         if self.show_text:
-            self.line(f'[{bag_time:6.2f} s] ask ({task}): {text}')
+            self.line(f"[{bag_time:6.2f} s] ask ({task}): {text}")
 
     def emit(self, bag_time: float, task: str, emits: list[Emit]) -> None:
         """Show a task's serialised deltas/finished texts (see ``TaskTextStream``)."""
         if not self.show_text:
             return
         for e in emits:
-            if e.kind == 'delta':
-                self._current[task] = self._current.get(task, '') + e.text
+            if e.kind == "delta":
+                self._current[task] = self._current.get(task, "") + e.text
                 self._show(task)
             else:
-                self._current[task] = ''
+                self._current[task] = ""
                 self._show(task)
-                self.line(f'[{bag_time:6.2f} s] {task} #{e.request_id}: {e.text!r}')
+                self.line(f"[{bag_time:6.2f} s] {task} #{e.request_id}: {e.text!r}")
 
     def _show(self, task: str) -> None:
         bar = self._lines.get(task)
         if bar is None:
             return
         width = max(20, shutil.get_terminal_size((100, 20)).columns - len(task) - 8)
-        text = self._current[task].replace('\n', ' ')
-        bar.set_description_str(f'  {task}: {text[-width:]}', refresh=True)
+        text = self._current[task].replace("\n", " ")
+        bar.set_description_str(f"  {task}: {text[-width:]}", refresh=True)
 
     def close(self) -> None:
         """Remove the bars (idempotent)."""

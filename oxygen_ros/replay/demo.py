@@ -20,11 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ['DEMO_PARAMS', 'build_parser', 'demo_threads', 'main', 'sample_bag']
+__all__ = ["DEMO_PARAMS", "build_parser", "demo_threads", "main", "sample_bag"]
 
 DEMO_PARAMS: tuple[str, ...] = (
-    'tasks.conversation.temperature:=2.0', 'tasks.conversation.max_new_tokens:=24',
-    'tasks.memory.temperature:=2.0', 'tasks.memory.max_new_tokens:=16',
+    "tasks.conversation.temperature:=2.0",
+    "tasks.conversation.max_new_tokens:=24",
+    "tasks.memory.temperature:=2.0",
+    "tasks.memory.max_new_tokens:=16",
 )
 """Overrides for random weights only (see the module doc); a real ``--model`` runs without them."""
 
@@ -34,13 +36,13 @@ def sample_bag() -> Path:
     installed share folder."""
     import os
 
-    env = os.environ.get('OXYGEN_ROS_SAMPLE_BAG')
+    env = os.environ.get("OXYGEN_ROS_SAMPLE_BAG")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parents[2] / 'data' / 'aloha_sim_sample'
+    here = Path(__file__).resolve().parents[2] / "data" / "aloha_sim_sample"
     if here.is_dir():
         return here
-    return Path(sys.prefix) / 'share' / 'oxygen_ros' / 'data' / 'aloha_sim_sample'
+    return Path(sys.prefix) / "share" / "oxygen_ros" / "data" / "aloha_sim_sample"
 
 
 def demo_threads() -> int:
@@ -52,28 +54,37 @@ def demo_threads() -> int:
     """
     import os
 
-    n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, n - 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of the demo."""
-    p = argparse.ArgumentParser(prog='oxygen_demo', description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--bag', type=Path, default=None, help='bag to replay (default: the bundled sample)')
-    p.add_argument('--model', default=None,
-                   help='real pi05 checkpoint folder (default: the cached random-weight pi05-small)')
-    p.add_argument('--out', type=Path, default=Path('out') / 'oxygen_demo',
-                   help='output folder (replaced on every run)')
-    p.add_argument('--params-file', type=Path, default=None,
-                   help='node parameter YAML (default: config/oxygen.yaml)')
-    p.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',
-                   help='extra parameter override (repeatable)')
-    p.add_argument('--timing', choices=('fast', 'recorded'), default='fast')
-    p.add_argument('--frame-period', type=float, default=0.0,
-                   help='least bag seconds between frames (0 = every camera frame)')
-    p.add_argument('--max-frames', type=int, default=0)
-    p.add_argument('--progress', choices=('auto', 'on', 'off'), default='auto')
+    p = argparse.ArgumentParser(
+        prog="oxygen_demo", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--bag", type=Path, default=None, help="bag to replay (default: the bundled sample)")
+    p.add_argument(
+        "--model", default=None, help="real pi05 checkpoint folder (default: the cached random-weight pi05-small)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("out") / "oxygen_demo", help="output folder (replaced on every run)"
+    )
+    p.add_argument("--params-file", type=Path, default=None, help="node parameter YAML (default: config/oxygen.yaml)")
+    p.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="extra parameter override (repeatable)",
+    )
+    p.add_argument("--timing", choices=("fast", "recorded"), default="fast")
+    p.add_argument(
+        "--frame-period", type=float, default=0.0, help="least bag seconds between frames (0 = every camera frame)"
+    )
+    p.add_argument("--max-frames", type=int, default=0)
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
     return p
 
 
@@ -82,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     t0 = time.perf_counter()
     from oxygen_ros.bags.reader import BagError
-    from oxygen_ros.replay.replay import ReplayError, ReplayOptions, replay
     from oxygen_ros.replay.prepare import ReplaySetupError, default_params_file, load_node_config
+    from oxygen_ros.replay.replay import ReplayError, ReplayOptions, replay
 
     threads = demo_threads()
     bag = args.bag or sample_bag()
     params_file = args.params_file or default_params_file()
-    print(f'oxygen_ros demo: replaying {bag} through the unified engine (parameters: {params_file})')
-    policy, overrides = None, [f'num_threads:={threads}', *args.param]
+    print(f"oxygen_ros demo: replaying {bag} through the unified engine (parameters: {params_file})")
+    policy, overrides = None, [f"num_threads:={threads}", *args.param]
     import torch
 
     torch.set_num_threads(threads)
@@ -102,27 +113,37 @@ def main(argv: list[str] | None = None) -> int:
             topics = TopicMap.from_config(cfg)
             stats = bag_norm_stats(bag, cfg.joint_names, topics.joint_state)
             folder, policy = ensure_checkpoint(stats)
-            overrides = [*DEMO_PARAMS, f'model:={folder}', *overrides]
+            overrides = [*DEMO_PARAMS, f"model:={folder}", *overrides]
         else:
-            overrides = [f'model:={args.model}', *overrides]
-        print('parameter overrides: ' + ' '.join(f'-p {o}' for o in overrides))
-        opts = ReplayOptions(bag=bag, out=args.out, params_file=params_file, params=tuple(overrides),
-                             timing=args.timing, frame_period_s=args.frame_period,
-                             max_frames=args.max_frames, progress=args.progress, overwrite=True)
+            overrides = [f"model:={args.model}", *overrides]
+        print("parameter overrides: " + " ".join(f"-p {o}" for o in overrides))
+        opts = ReplayOptions(
+            bag=bag,
+            out=args.out,
+            params_file=params_file,
+            params=tuple(overrides),
+            timing=args.timing,
+            frame_period_s=args.frame_period,
+            max_frames=args.max_frames,
+            progress=args.progress,
+            overwrite=True,
+        )
         result = replay(opts, policy=policy)
     except (ReplayError, ReplaySetupError, BagError) as exc:
-        print(f'oxygen_demo: error: {exc}', file=sys.stderr)
+        print(f"oxygen_demo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print('oxygen_demo: interrupted', file=sys.stderr)
+        print("oxygen_demo: interrupted", file=sys.stderr)
         return 130
     print()
     print(result.report)
-    print(f'\noutputs in {args.out}/: output_bag/ (mcap: action chunks + text), report.txt, '
-          'report.json, ' + ', '.join(f.name for f in result.files if f.suffix == '.png'))
-    print(f'demo finished in {time.perf_counter() - t0:.0f} s')
+    print(
+        f"\noutputs in {args.out}/: output_bag/ (mcap: action chunks + text), report.txt, "
+        "report.json, " + ", ".join(f.name for f in result.files if f.suffix == ".png")
+    )
+    print(f"demo finished in {time.perf_counter() - t0:.0f} s")
     return 0 if result.ok else 3
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -24,31 +24,37 @@ from typing import Any
 
 import numpy as np
 
-from oxygen_ros.core.types import NormStats
 from oxygen_ros.bags.reader import BagError, BagInput
+from oxygen_ros.core.types import NormStats
 
-__all__ = ['bag_norm_stats', 'cache_root', 'ensure_checkpoint']
+__all__ = ["bag_norm_stats", "cache_root", "ensure_checkpoint"]
 
-FINGERPRINT = 'oxygen_demo.json'
+FINGERPRINT = "oxygen_demo.json"
 FORMAT = 1
 
 
 def cache_root() -> Path:
     """``$OXYGEN_ROS_CACHE`` or ``~/.cache/oxygen_ros``."""
-    env = os.environ.get('OXYGEN_ROS_CACHE')
-    return Path(env).expanduser() if env else Path.home() / '.cache' / 'oxygen_ros'
+    env = os.environ.get("OXYGEN_ROS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "oxygen_ros"
 
 
 def _stats(rows: list[np.ndarray]) -> NormStats:
     a = np.stack(rows).astype(np.float64)
-    return NormStats(mean=a.mean(0).astype(np.float32), std=a.std(0).astype(np.float32),
-                     q01=np.quantile(a, 0.01, axis=0).astype(np.float32),
-                     q99=np.quantile(a, 0.99, axis=0).astype(np.float32))
+    return NormStats(
+        mean=a.mean(0).astype(np.float32),
+        std=a.std(0).astype(np.float32),
+        q01=np.quantile(a, 0.01, axis=0).astype(np.float32),
+        q99=np.quantile(a, 0.99, axis=0).astype(np.float32),
+    )
 
 
-def bag_norm_stats(bag: str | os.PathLike, joint_names: Sequence[str],
-                   state_topic: str = '/joint_states',
-                   action_topic: str = '/commanded_action') -> dict[str, NormStats]:
+def bag_norm_stats(
+    bag: str | os.PathLike,
+    joint_names: Sequence[str],
+    state_topic: str = "/joint_states",
+    action_topic: str = "/commanded_action",
+) -> dict[str, NormStats]:
     """Normalisation stats ``{"state", "actions"}`` from a bag's JointState positions.
 
     ``actions`` come from ``action_topic``; a bag without it uses the joint states for both.
@@ -64,7 +70,7 @@ def bag_norm_stats(bag: str | os.PathLike, joint_names: Sequence[str],
 
     rows: dict[str, list[np.ndarray]] = {state_topic: [], action_topic: []}
     with BagInput(bag) as b:
-        topics = [t for t in rows if t in b.topics and b.topics[t].msgtype == 'sensor_msgs/msg/JointState']
+        topics = [t for t in rows if t in b.topics and b.topics[t].msgtype == "sensor_msgs/msg/JointState"]
         for topic, _, raw in b.messages(topics):
             try:
                 rows[topic].append(joint_state_to_vector(deserialize_message(raw, JointState), joint_names))
@@ -73,16 +79,17 @@ def bag_norm_stats(bag: str | os.PathLike, joint_names: Sequence[str],
         if b.read_error:
             raise BagError(b.read_error)
     if len(rows[state_topic]) < 2:
-        raise BagError(f'{bag}: need at least 2 usable {state_topic} messages with joints '
-                       f'{list(joint_names)} for normalisation stats, found {len(rows[state_topic])}')
+        raise BagError(
+            f"{bag}: need at least 2 usable {state_topic} messages with joints "
+            f"{list(joint_names)} for normalisation stats, found {len(rows[state_topic])}"
+        )
     actions = rows[action_topic] if len(rows[action_topic]) >= 2 else rows[state_topic]
-    return {'state': _stats(rows[state_topic]), 'actions': _stats(actions)}
+    return {"state": _stats(rows[state_topic]), "actions": _stats(actions)}
 
 
 def _fingerprint(preset: str, seed: int, stats: dict[str, NormStats]) -> dict[str, Any]:
     blob = json.dumps({k: v.to_dict() for k, v in sorted(stats.items())}, sort_keys=True)
-    return {'format': FORMAT, 'preset': preset, 'seed': seed,
-            'stats_sha256': hashlib.sha256(blob.encode()).hexdigest()}
+    return {"format": FORMAT, "preset": preset, "seed": seed, "stats_sha256": hashlib.sha256(blob.encode()).hexdigest()}
 
 
 def _load(folder: Path):
@@ -91,8 +98,13 @@ def _load(folder: Path):
     return Pi05Policy.from_pretrained(folder)  # device as the node's default: CUDA if available
 
 
-def ensure_checkpoint(stats: dict[str, NormStats], preset: str = 'pi05-small', seed: int = 0,
-                      root: Path | None = None, log: Callable[[str], None] = print):
+def ensure_checkpoint(
+    stats: dict[str, NormStats],
+    preset: str = "pi05-small",
+    seed: int = 0,
+    root: Path | None = None,
+    log: Callable[[str], None] = print,
+):
     """Return ``(folder, policy)`` of the cached random-weight checkpoint, building it if needed.
 
     Args:
@@ -110,7 +122,7 @@ def ensure_checkpoint(stats: dict[str, NormStats], preset: str = 'pi05-small', s
     from oxygen_ros.core.tokenizer import build_tokenizer
 
     root = Path(root) if root is not None else cache_root()
-    folder = root / f'{preset}-random'
+    folder = root / f"{preset}-random"
     want = _fingerprint(preset, seed, stats)
     if folder.is_dir():
         try:
@@ -120,22 +132,24 @@ def ensure_checkpoint(stats: dict[str, NormStats], preset: str = 'pi05-small', s
         if have == want:
             try:
                 policy = _load(folder)
-                log(f'using the cached random-weight {preset} checkpoint {folder}')
+                log(f"using the cached random-weight {preset} checkpoint {folder}")
                 return folder, policy
             except Exception as exc:  # noqa: BLE001 - any load failure means: rebuild
-                log(f'cached checkpoint {folder} does not load ({type(exc).__name__}: {exc}); rebuilding')
+                log(f"cached checkpoint {folder} does not load ({type(exc).__name__}: {exc}); rebuilding")
         else:
-            log(f'cached checkpoint {folder} was built for other settings; rebuilding')
-    log(f'building a random-weight {preset} checkpoint (seed {seed}) with normalisation stats from '
-        f'the bag into {folder} (first run only)')
+            log(f"cached checkpoint {folder} was built for other settings; rebuilding")
+    log(
+        f"building a random-weight {preset} checkpoint (seed {seed}) with normalisation stats from "
+        f"the bag into {folder} (first run only)"
+    )
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f'.{folder.name}.partial-{os.getpid()}'
+    tmp = root / f".{folder.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         cfg = get_preset(preset)
         with torch.random.fork_rng(devices=[]):
             model = random_pretrained(cfg, seed=seed)
-        save_pretrained(model, tmp, stats, layout='openpi', tokenizer=build_tokenizer(cfg.vocab_size))
+        save_pretrained(model, tmp, stats, layout="openpi", tokenizer=build_tokenizer(cfg.vocab_size))
         (tmp / FINGERPRINT).write_text(json.dumps(want, indent=1))
         if folder.exists():
             shutil.rmtree(folder)

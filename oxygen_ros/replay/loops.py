@@ -8,14 +8,15 @@ from oxygen_ros.bags.reader import BagInput
 from oxygen_ros.replay.console import Console
 from oxygen_ros.replay.node_sim import NodeSim
 
-__all__ = ['DRAIN_LIMIT', 'drain', 'run_fast', 'run_recorded']
+__all__ = ["DRAIN_LIMIT", "drain", "run_fast", "run_recorded"]
 
 DRAIN_LIMIT = 10_000
 """Most language-only frames after the bag (a safety bound; requests are bounded anyway)."""
 
 
-def run_fast(sim: NodeSim, bag: BagInput, read: list[str], trigger: str, frame_period_s: float,
-             max_frames: int, console: Console) -> None:
+def run_fast(
+    sim: NodeSim, bag: BagInput, read: list[str], trigger: str, frame_period_s: float, max_frames: int, console: Console
+) -> None:
     """Fast timing: one frame per accepted ``trigger``-slot image (at least ``frame_period_s``
     bag seconds apart), run before the first message stamped after that image."""
     pending = None
@@ -43,8 +44,7 @@ def run_fast(sim: NodeSim, bag: BagInput, read: list[str], trigger: str, frame_p
                 sim.frame(obs, log_ns=pending)
 
 
-def run_recorded(sim: NodeSim, bag: BagInput, read: list[str], rate: float, max_frames: int,
-                 console: Console) -> None:
+def run_recorded(sim: NodeSim, bag: BagInput, read: list[str], rate: float, max_frames: int, console: Console) -> None:
     """Recorded timing: messages at their log times / ``rate``; the node's inference loop runs
     in between (a frame when a new image arrived or language is still running)."""
     wall0 = sim.now()
@@ -86,11 +86,11 @@ def drain(sim: NodeSim, decode: bool) -> None:
         sim.frame(None)
         steps += 1
         idle = idle + 1 if sim.engine.running == 0 else 0
-    flush = getattr(sim.engine, 'flush', None)  # the concurrent schedule's last grants
+    flush = getattr(sim.engine, "flush", None)  # the concurrent schedule's last grants
     if flush is not None:
         res = flush()
         sim.text(res.deltas, res.ended, sim.bag_now_ns, sim.bag_time())
     leftover = sim.engine.close()
     if leftover:
-        sim.stats.drops['language requests cancelled at the end of the bag'] += len(leftover)
+        sim.stats.drops["language requests cancelled at the end of the bag"] += len(leftover)
         sim.text([], leftover, sim.bag_now_ns, sim.bag_time())

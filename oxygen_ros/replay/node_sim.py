@@ -5,7 +5,8 @@ own pieces: ``rclpy.serialization`` turns the CDR bytes into the message objects
 would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.convert`` convert them, the
 :class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
 settings, :class:`~oxygen_ros.core.robot_io.RobotFrames` applies the action space, the engine runs
-the frame, ``command_messages`` and ``Utterances`` build the published messages. Bad input is counted in ``stats.drops``, never raised.
+the frame, ``command_messages`` and ``Utterances`` build the published messages. Bad input is counted in
+``stats.drops``, never raised.
 
 Chunk switches (:class:`~oxygen_ros.ros.streams.switches.ChunkSwitches`, on the published values:
 robot command units): a chunk becomes available its latency after its observation stamp (wall
@@ -25,30 +26,29 @@ import numpy as np
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 
-from oxygen_ros.ros.convert import JointStateError, command_messages, joint_state_to_vector, primary_values
-from oxygen_ros.ros.convert import StampBook
-from oxygen_ros.core.engine.engine import Engine
+from oxygen_ros.bags.reader import msg_class
+from oxygen_ros.bags.writer import BagOutput
 from oxygen_ros.core.action_space import ActionSpace
+from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk, Observation
+from oxygen_ros.replay.console import Console
+from oxygen_ros.replay.prepare import TopicMap, resolve_topic
+from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
+from oxygen_ros.ros.convert import JointStateError, StampBook, command_messages, joint_state_to_vector, primary_values
 from oxygen_ros.ros.inputs import decode_image
-from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.model_setup import assembler_config
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.streams.switches import ChunkSwitches
 from oxygen_ros.ros.streams.text import Utterances
-from oxygen_ros.bags.reader import msg_class
-from oxygen_ros.bags.writer import BagOutput
-from oxygen_ros.replay.console import Console
-from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
-from oxygen_ros.replay.prepare import TopicMap, resolve_topic
 
-__all__ = ['NodeSim']
+__all__ = ["NodeSim"]
 
 
 def _short(reason: str) -> str:
-    return re.sub(r'\s*\(.*\)$', '', reason)
+    return re.sub(r"\s*\(.*\)$", "", reason)
 
 
 class NodeSim:
@@ -66,18 +66,29 @@ class NodeSim:
         now: wall clock (seconds).
     """
 
-    def __init__(self, cfg: NodeConfig, topics: TopicMap, engine: Engine, types: dict[str, str],
-                 start_ns: int, writer: BagOutput | None, console: Console, stats: ReplayStats,
-                 reference_topic: str | None = None,
-                 now: Callable[[], float] = time.perf_counter, rate: float = 1.0,
-                 reference_joints: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        topics: TopicMap,
+        engine: Engine,
+        types: dict[str, str],
+        start_ns: int,
+        writer: BagOutput | None,
+        console: Console,
+        stats: ReplayStats,
+        reference_topic: str | None = None,
+        now: Callable[[], float] = time.perf_counter,
+        rate: float = 1.0,
+        reference_joints: tuple[str, ...] = (),
+    ) -> None:
         self.cfg, self.topics, self.engine, self.writer = cfg, topics, engine, writer
         self.console, self.stats, self.start_ns, self.now = console, stats, start_ns, now
         self.reference_topic, self.reference_joints = reference_topic, tuple(reference_joints)
         self.reference_note: str | None = None  # why there is no reference topic (set by the replay)
         self.classes = {t: msg_class(m) for t, m in types.items()}
-        self.asm = ObservationAssembler(assembler_config(cfg, tuple(engine.policy.cfg.image_slots)),
-                                        decode_image, instruction=cfg.instruction)
+        self.asm = ObservationAssembler(
+            assembler_config(cfg, tuple(engine.policy.cfg.image_slots)), decode_image, instruction=cfg.instruction
+        )
         self.utterances = Utterances([t.name for t in engine.cfg.tasks], cfg.text_header)
         self._state_names = self.state_names = cfg.state_joint_names or cfg.joint_names
         self.frames = RobotFrames(ActionSpace(cfg.action_space, cfg.joint_names, self._state_names))
@@ -109,17 +120,16 @@ class NodeSim:
     def _stamp(self, msg: Any, log_ns: int) -> float:
         stamp = self.stamps.remember(msg.header.stamp)
         if stamp == 0.0:  # as the node: no header stamp -> receive time (here: the log time)
-            self.stats.drops['zero stamps (log time used)'] += 1
+            self.stats.drops["zero stamps (log time used)"] += 1
             stamp = log_ns / 1e9
         return stamp
 
     def _verdict(self, verdict: Verdict, what: str) -> None:
         if verdict is Verdict.OUT_OF_ORDER:
-            self.stats.drops[f'out of order ({what})'] += 1
+            self.stats.drops[f"out of order ({what})"] += 1
         elif verdict is Verdict.TIME_JUMP:
-            self.stats.drops['backwards time jumps (buffers cleared)'] += 1
-            self.console.line(f'[{self.bag_time():6.2f} s] {what}: time jumped backwards; input '
-                              'buffers cleared')
+            self.stats.drops["backwards time jumps (buffers cleared)"] += 1
+            self.console.line(f"[{self.bag_time():6.2f} s] {what}: time jumped backwards; input buffers cleared")
 
     def feed(self, topic: str, log_ns: int, raw: bytes, arrival: float | None = None) -> str | None:
         """Deliver one bag message as a subscription callback would.
@@ -132,14 +142,14 @@ class NodeSim:
         try:
             msg = deserialize_message(raw, self.classes[topic])
         except Exception:  # noqa: BLE001 - rmw raises RuntimeError subclasses for bad CDR
-            self.stats.drops[f'undecodable messages on {topic}'] += 1
+            self.stats.drops[f"undecodable messages on {topic}"] += 1
             return None
         t = self.bag_time(log_ns)
         if topic in self.topics.cameras:
             slot = self.topics.cameras[topic][0]
             stamp = self._stamp(msg, log_ns)
             verdict = self.asm.add_image(slot, stamp, msg)
-            self._verdict(verdict, f'camera {slot}')
+            self._verdict(verdict, f"camera {slot}")
             self.times[topic].append(t)
             self._arrived(stamp, arrival)
             return None if verdict is Verdict.OUT_OF_ORDER else slot
@@ -151,14 +161,14 @@ class NodeSim:
             try:
                 vec = joint_state_to_vector(msg, self._state_names)
             except JointStateError as exc:
-                self.stats.drops[f'bad joint states on {topic}'] += 1
-                if self.stats.drops[f'bad joint states on {topic}'] == 1:
-                    self.console.line(f'[{t:6.2f} s] {topic}: {exc}; message dropped')
+                self.stats.drops[f"bad joint states on {topic}"] += 1
+                if self.stats.drops[f"bad joint states on {topic}"] == 1:
+                    self.console.line(f"[{t:6.2f} s] {topic}: {exc}; message dropped")
                 return None
             stamp = self._stamp(msg, log_ns)
             self.times[topic].append(t)
             self.states.append((stamp, vec))
-            self._verdict(self.asm.add_state(stamp, vec), 'joint state')
+            self._verdict(self.asm.add_state(stamp, vec), "joint state")
             self._arrived(stamp, arrival)
         if topic == self.topics.instruction:
             self.asm.set_instruction(msg.data)
@@ -192,8 +202,8 @@ class NodeSim:
         try:
             rid = self.utterances.submit(task, text, lambda: self.engine.submit_request(task, text=text, seed=seed))
         except (KeyError, ValueError) as exc:
-            self.stats.drops['asks rejected'] += 1
-            self.console.line(f'[{t:6.2f} s] ask ({task}) rejected: {exc}')
+            self.stats.drops["asks rejected"] += 1
+            self.console.line(f"[{t:6.2f} s] ask ({task}) rejected: {exc}")
             return
         self._asks[rid] = text
         self.console.ask(t, task, text)
@@ -204,13 +214,12 @@ class NodeSim:
         a = self.asm.assemble()
         for err in a.errors:
             if self.asm.decode_errors == 1:
-                self.console.line(f'[{self.bag_time():6.2f} s] {err}; image dropped')
+                self.console.line(f"[{self.bag_time():6.2f} s] {err}; image dropped")
         if a.observation is None:
-            self.stats.waiting[_short(a.waiting) if a.waiting else 'no new input since the last frame'] += 1
+            self.stats.waiting[_short(a.waiting) if a.waiting else "no new input since the last frame"] += 1
         return a.observation
 
-    def frame(self, obs: Observation | None, available: float | None = None,
-              log_ns: int | None = None) -> FrameRecord:
+    def frame(self, obs: Observation | None, available: float | None = None, log_ns: int | None = None) -> FrameRecord:
         """Run one engine frame on ``obs`` (None: language only) and record/write its outputs.
 
         Args:
@@ -230,17 +239,18 @@ class NodeSim:
             acted.append(self.now())
             try:
                 cmd = self.frames.command(chunk)
-                main, positions = command_messages(cmd, self.stamps.exact(chunk.stamp), self.cfg.control_period_s,
-                                                   self.cfg.frame_id)
+                main, positions = command_messages(
+                    cmd, self.stamps.exact(chunk.stamp), self.cfg.control_period_s, self.cfg.frame_id
+                )
             except ValueError as exc:
-                self.stats.drops['action chunks refused'] += 1
-                self.console.line(f'frame {chunk.frame_id}: action chunk refused: {exc}')
+                self.stats.drops["action chunks refused"] += 1
+                self.console.line(f"frame {chunk.frame_id}: action chunk refused: {exc}")
                 return
             _, values, kind = primary_values(cmd)  # what the action topic carries
             arrival = self.available.get(chunk.stamp)  # unknown: from its first point on
             latency = 0.0 if arrival is None else max(0.0, (acted[-1] - arrival) * self.rate)
             self.switches.add(chunk.stamp, values, chunk.stamp + latency)
-            self.stats.meta['command_kind'] = kind
+            self.stats.meta["command_kind"] = kind
             # the report plots joint positions: keep the robot command when it is one per joint
             full = cmd.position_joints == tuple(self.cfg.joint_names)
             self.position_chunks &= full
@@ -255,20 +265,35 @@ class NodeSim:
         warm = obs is not None and self._obs_frames < self.warmup
         self._obs_frames += obs is not None
         rec = FrameRecord(
-            frame_id=res.frame_id, wall_start=start - self.t0, bag_time=self.bag_time(log_ns),
-            has_obs=obs is not None, stamp=None if obs is None else obs.stamp,
+            frame_id=res.frame_id,
+            wall_start=start - self.t0,
+            bag_time=self.bag_time(log_ns),
+            has_obs=obs is not None,
+            stamp=None if obs is None else obs.stamp,
             action=res.action is not None,
             latency=None if not acted or available is None else acted[0] - available,
-            frame_time=m.frame_time, vision=m.vision, prefill=m.prefill, denoise=m.denoise,
-            start=m.extra.get('start', 0.0), decode=m.decode, bookkeeping=m.bookkeeping,
-            decode_steps=m.decode_steps, decode_batch=m.decode_batch, tokens=m.tokens_emitted,
-            running=self.engine.running, blocks_in_use=m.blocks_in_use, blocks_total=m.blocks_total,
+            frame_time=m.frame_time,
+            vision=m.vision,
+            prefill=m.prefill,
+            denoise=m.denoise,
+            start=m.extra.get("start", 0.0),
+            decode=m.decode,
+            bookkeeping=m.bookkeeping,
+            decode_steps=m.decode_steps,
+            decode_batch=m.decode_batch,
+            tokens=m.tokens_emitted,
+            running=self.engine.running,
+            blocks_in_use=m.blocks_in_use,
+            blocks_total=m.blocks_total,
             masked=() if obs is None else tuple(s for s, v in obs.images.items() if v is None),
-            error=res.error, warmup=warm, language=bool(m.extra.get('language_load')),
-            batcher_busy=m.extra.get('batcher_busy'))
+            error=res.error,
+            warmup=warm,
+            language=bool(m.extra.get("language_load")),
+            batcher_busy=m.extra.get("batcher_busy"),
+        )
         self.stats.frames.append(rec)
         if res.error:
-            self.console.line(f'[{rec.bag_time:6.2f} s] frame {res.frame_id}: {res.error}')
+            self.console.line(f"[{rec.bag_time:6.2f} s] frame {res.frame_id}: {res.error}")
         self.text(res.deltas, res.ended, log_ns, rec.bag_time)
         return rec
 
@@ -276,20 +301,31 @@ class NodeSim:
         """Serialise a frame's deltas and ended requests per task, write and show them."""
         by_task = self.utterances.frame(deltas, ended)
         for r in ended:
-            self.stats.requests.append(RequestRecord(
-                r.id, r.task, self._asks.pop(r.id, ''), r.status.name.lower(), r.reason,
-                len(r.token_ids), r.text, r.time_to_first_token, r.latency, r.frame_id))
+            self.stats.requests.append(
+                RequestRecord(
+                    r.id,
+                    r.task,
+                    self._asks.pop(r.id, ""),
+                    r.status.name.lower(),
+                    r.reason,
+                    len(r.token_ids),
+                    r.text,
+                    r.time_to_first_token,
+                    r.latency,
+                    r.frame_id,
+                )
+            )
             if r.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
-                self.stats.drops[f'language requests {r.status.name.lower()}'] += 1
-                self.console.line(f'[{t:6.2f} s] {r.task} #{r.id} {r.status.name.lower()}: {r.reason}')
+                self.stats.drops[f"language requests {r.status.name.lower()}"] += 1
+                self.console.line(f"[{t:6.2f} s] {r.task} #{r.id} {r.status.name.lower()}: {r.reason}")
         for task, emits in by_task.items():
             for e in emits:
-                if e.kind == 'delta' and not e.text:
+                if e.kind == "delta" and not e.text:
                     continue
-                if e.kind == 'text':
+                if e.kind == "text":
                     self.texts.append((task, e.request_id, e.text))
                 if self.writer is not None:
-                    topic = self.topics.deltas[task] if e.kind == 'delta' else self.topics.texts[task]
+                    topic = self.topics.deltas[task] if e.kind == "delta" else self.topics.texts[task]
                     self.writer.write(topic, log_ns, String(data=e.text))
             self.console.emit(t, task, emits)
 
@@ -298,5 +334,5 @@ class NodeSim:
         ``stats.switches``."""
         self.stats.switches = self.switches.summary()
         c = self.asm.counts()
-        self.stats.drops['image decode errors'] += c['image_decode_errors']
-        self.stats.drops['observations dropped by the engine'] += self.engine.dropped_observations
+        self.stats.drops["image decode errors"] += c["image_decode_errors"]
+        self.stats.drops["observations dropped by the engine"] += self.engine.dropped_observations

@@ -21,7 +21,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from oxygen_ros.core.types import FrameMetrics
 
-__all__ = ['ERROR', 'OK', 'STALE', 'WARN', 'FrameStats', 'ProblemLog', 'build_status', 'log_at']
+__all__ = ["ERROR", "OK", "STALE", "WARN", "FrameStats", "ProblemLog", "build_status", "log_at"]
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3  # DiagnosticStatus levels as ints (the message field is a byte)
 
@@ -58,9 +58,19 @@ class FrameStats:
         """Record one engine step that ended at ``now`` (monotonic seconds)."""
         with self._lock:
             x = m.extra
-            self._frames.append(_Frame(now, m.frame_time, chunk, m.tokens_emitted, m.decode_batch,
-                                       m.deadline_met, x.get('chunk_latency'), bool(x.get('language_load')),
-                                       x.get('batcher_busy')))
+            self._frames.append(
+                _Frame(
+                    now,
+                    m.frame_time,
+                    chunk,
+                    m.tokens_emitted,
+                    m.decode_batch,
+                    m.deadline_met,
+                    x.get("chunk_latency"),
+                    bool(x.get("language_load")),
+                    x.get("batcher_busy"),
+                )
+            )
             self.total_frames += 1
             self.total_chunks += int(chunk)
             self.total_tokens += m.tokens_emitted
@@ -96,29 +106,31 @@ class FrameStats:
         p99 = float(np.percentile(chunk_times, 99)) if chunk_times.size else 0.0
         batches = [f.batch for f in frames if f.batch]
         return {
-            'frame_hz': len(frames) / span if len(frames) > 1 else 0.0,
-            'chunk_hz': sum(f.chunk for f in frames) / span if len(frames) > 1 else 0.0,
-            'action_hz': horizon / p50 if p50 > 0 else 0.0,
-            'command_hz': commands / self.window_s,
-            'tok_per_s': sum(f.tokens for f in frames) / span if frames else 0.0,
-            'frame_time_p50_ms': p50 * 1e3,
-            'frame_time_p99_ms': p99 * 1e3,
-            'decode_batch_mean': float(np.mean(batches)) if batches else 0.0,
-            'decode_batch_max': float(max(batches)) if batches else 0.0,
+            "frame_hz": len(frames) / span if len(frames) > 1 else 0.0,
+            "chunk_hz": sum(f.chunk for f in frames) / span if len(frames) > 1 else 0.0,
+            "action_hz": horizon / p50 if p50 > 0 else 0.0,
+            "command_hz": commands / self.window_s,
+            "tok_per_s": sum(f.tokens for f in frames) / span if frames else 0.0,
+            "frame_time_p50_ms": p50 * 1e3,
+            "frame_time_p99_ms": p99 * 1e3,
+            "decode_batch_mean": float(np.mean(batches)) if batches else 0.0,
+            "decode_batch_max": float(max(batches)) if batches else 0.0,
             **_schedule(frames),
         }
 
 
 def _schedule(frames: list[_Frame]) -> dict[str, float]:
     """Schedule metrics of the window (means; 0.0 where nothing was measured)."""
+
     def mean(xs: list[float]) -> float:
         return float(np.mean(xs)) if xs else 0.0
+
     lat = [(f.latency, f.language) for f in frames if f.latency is not None]
     return {
-        'chunk_latency_language_ms': 1e3 * mean([x for x, lang in lat if lang]),
-        'chunk_latency_no_language_ms': 1e3 * mean([x for x, lang in lat if not lang]),
-        'batcher_busy': mean([f.busy for f in frames if f.busy is not None]),
-        'tokens_per_frame': mean([float(f.tokens) for f in frames]),
+        "chunk_latency_language_ms": 1e3 * mean([x for x, lang in lat if lang]),
+        "chunk_latency_no_language_ms": 1e3 * mean([x for x, lang in lat if not lang]),
+        "batcher_busy": mean([f.busy for f in frames if f.busy is not None]),
+        "tokens_per_frame": mean([float(f.tokens) for f in frames]),
     }
 
 
@@ -181,14 +193,17 @@ def log_at(logger: Any, level: int, message: str) -> None:
 
 def _fmt(value: object) -> str:
     if isinstance(value, float):
-        return f'{value:.3f}'.rstrip('0').rstrip('.') if value == value else 'nan'
+        return f"{value:.3f}".rstrip("0").rstrip(".") if value == value else "nan"
     return str(value)
 
 
-def build_status(name: str, hardware_id: str, level: int, message: str,
-                 values: dict[str, object]) -> DiagnosticStatus:
+def build_status(name: str, hardware_id: str, level: int, message: str, values: dict[str, object]) -> DiagnosticStatus:
     """A ``DiagnosticStatus`` (``level`` 0 OK, 1 WARN, 2 ERROR, 3 STALE) with ``values`` as
     key/value strings (floats to 3 decimals)."""
-    return DiagnosticStatus(level=bytes([level]), name=name,
-                            hardware_id=hardware_id, message=message,
-                            values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()])
+    return DiagnosticStatus(
+        level=bytes([level]),
+        name=name,
+        hardware_id=hardware_id,
+        message=message,
+        values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()],
+    )

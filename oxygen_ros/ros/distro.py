@@ -20,11 +20,16 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ['close_context', 'events_executor']
+__all__ = ["close_context", "events_executor"]
 
 
-def close_context(context: Any, nodes: Iterable[Any] = (), executor: Any | None = None,
-                  thread: threading.Thread | None = None, timeout_s: float = 5.0) -> None:
+def close_context(
+    context: Any,
+    nodes: Iterable[Any] = (),
+    executor: Any | None = None,
+    thread: threading.Thread | None = None,
+    timeout_s: float = 5.0,
+) -> None:
     """Shut down a private rclpy ``Context`` spun by ``thread`` and destroy ``nodes``.
 
     Order: the context first (a spin loop ``while context.ok()`` ends), then the spin thread is

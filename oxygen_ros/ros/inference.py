@@ -8,7 +8,8 @@ deltas and finished utterances. With no new observation it keeps stepping while 
 language request has not ended (including one asked while no camera streams: it waits in the
 queue and, without an observation, ends as expired with the reason), so every ask is answered.
 An ask taken before the first observation since activation, or while every camera has been
-silent for ``input_timeout_s``, also gets an immediate waiting notice on its task's text topic (:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
+silent for ``input_timeout_s``, also gets an immediate waiting notice on its task's text topic
+(:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
 Executor callbacks never wait for it.
 """
 
@@ -32,7 +33,7 @@ from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
 if TYPE_CHECKING:
     from oxygen_ros.ros.params.node_config import NodeConfig
 
-__all__ = ['InferenceWorker']
+__all__ = ["InferenceWorker"]
 
 _IDLE_WAIT_S = 0.05
 _RESTART_WAIT_S = (0.1, 5.0)  # first and longest wait before the frame loop restarts after a fault
@@ -59,10 +60,20 @@ class InferenceWorker:
             notice again.
     """
 
-    def __init__(self, engine: Engine, assembler: ObservationAssembler, outputs: Outputs,
-                 stats: FrameStats, report: Callable[[str, str, int], None], logger,
-                 camera_sync_s: float = 0.0, *, frames: RobotFrames, text_header: str = 'ask',
-                 camera_silence: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        assembler: ObservationAssembler,
+        outputs: Outputs,
+        stats: FrameStats,
+        report: Callable[[str, str, int], None],
+        logger,
+        camera_sync_s: float = 0.0,
+        *,
+        frames: RobotFrames,
+        text_header: str = "ask",
+        camera_silence: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self._engine, self._asm, self._out, self._stats = engine, assembler, outputs, stats
         self._frames = frames
         self.camera_sync_s = camera_sync_s  # live (the node parameter)
@@ -70,8 +81,8 @@ class InferenceWorker:
         self.utterances = Utterances([t.name for t in engine.cfg.tasks], text_header)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.snapshot: dict[str, int] = {'running_requests': 0, 'queued_requests': 0}
-        self.ended: dict[str, int] = dict.fromkeys(('rejected', 'expired', 'failed', 'cancelled'), 0)
+        self.snapshot: dict[str, int] = {"running_requests": 0, "queued_requests": 0}
+        self.ended: dict[str, int] = dict.fromkeys(("rejected", "expired", "failed", "cancelled"), 0)
         self._logged_faults: set[str] = set()
         self._unsent: list[dict[str, list[Emit]]] = []  # frames' text not yet published (_publish_unsent)
         self.repeated_observations = 0
@@ -82,11 +93,11 @@ class InferenceWorker:
         self.last_chunk_at: float | None = None  # newest chunk published
         self.frame_started_at: float | None = None  # the running engine step's start, else None
         self.restarts = 0  # supervised restarts of the frame loop (see _run)
-        self.last_restart_error = ''
-        self._last_restart = float('-inf')
+        self.last_restart_error = ""
+        self._last_restart = float("-inf")
         self.camera_silence = camera_silence
 
-    def reconfigure(self, cfg: "NodeConfig") -> None:
+    def reconfigure(self, cfg: NodeConfig) -> None:
         """Take the node's live parameters: ``camera_sync_s`` and the text
         topics' ``text_header``."""
         self.camera_sync_s = cfg.camera_sync_s
@@ -104,7 +115,7 @@ class InferenceWorker:
         self._stop.clear()
         self.observed = False
         self.started_at, self.last_observation_at, self.last_chunk_at = time.monotonic(), None, None
-        self._thread = threading.Thread(target=self._run, name='oxygen-inference', daemon=True)
+        self._thread = threading.Thread(target=self._run, name="oxygen-inference", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> bool:
@@ -124,17 +135,17 @@ class InferenceWorker:
     @property
     def rejected_requests(self) -> int:
         """Requests that ended rejected (expired ones not included)."""
-        return self.ended['rejected']
+        return self.ended["rejected"]
 
     @property
     def failed_requests(self) -> int:
         """Requests that ended failed."""
-        return self.ended['failed']
+        return self.ended["failed"]
 
     @property
     def expired_requests(self) -> int:
         """Requests that expired in the queue."""
-        return self.ended['expired']
+        return self.ended["expired"]
 
     def ask(self, task: str, text: str) -> int:
         """Submit a language ask (any thread) and reserve its utterance on the task's text topics,
@@ -147,8 +158,12 @@ class InferenceWorker:
             KeyError: unknown task; ValueError: a bad ask (from ``Engine.submit_request``).
         """
         prompt = self._engine.prompt(task, text, self._asm.instruction)  # before any lock is taken
-        return self.utterances.submit(task, text, lambda: self._engine.submit_request(task, text=text, prompt=prompt),
-                                      lambda rid: self._waiting(task, rid))
+        return self.utterances.submit(
+            task,
+            text,
+            lambda: self._engine.submit_request(task, text=text, prompt=prompt),
+            lambda rid: self._waiting(task, rid),
+        )
 
     def _waiting(self, task: str, rid: int) -> None:
         """Before the first observation since activation, or while every camera has stopped
@@ -158,14 +173,14 @@ class InferenceWorker:
         if self.observed and silent is None:
             return
         if silent is not None:
-            reason = f'no camera image for {silent:.1f} s (the inputs stopped)'
+            reason = f"no camera image for {silent:.1f} s (the inputs stopped)"
         elif self._asm.received_images() == 0:
-            reason = 'no camera input yet'
+            reason = "no camera input yet"
         else:  # images came, but no observation was assembled (e.g. no joint state yet)
             waiting, _ = self._asm.status()
-            reason = f'no observation yet ({waiting})' if waiting else 'no observation yet'
+            reason = f"no observation yet ({waiting})" if waiting else "no observation yet"
         notice = waiting_notice(rid, self._engine.cfg.max_queue_wait_s, reason)
-        self._out.publish_text(task, [Emit('text', notice, rid)])
+        self._out.publish_text(task, [Emit("text", notice, rid)])
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -192,29 +207,33 @@ class InferenceWorker:
         self._last_restart = now
         self.frame_started_at = None
         self.restarts += 1
-        error = f'{type(exc).__name__}: {exc}'
+        error = f"{type(exc).__name__}: {exc}"
         self.last_restart_error = error
         trace = traceback.format_exc()
         try:
-            self._report('inference_restarted', f'inference loop failed ({error}); restarting in {wait:.1f} s, '
-                         'requests in flight ended', ERROR)
-            self._log.error(f'inference loop failed; every request in flight ends, the loop restarts in '
-                            f'{wait:.1f} s:\n{trace}')
+            self._report(
+                "inference_restarted",
+                f"inference loop failed ({error}); restarting in {wait:.1f} s, requests in flight ended",
+                ERROR,
+            )
+            self._log.error(
+                f"inference loop failed; every request in flight ends, the loop restarts in {wait:.1f} s:\n{trace}"
+            )
         except Exception:  # noqa: BLE001 — the node's logger failed too: stderr is the last resort
             traceback.print_exc()
         try:
-            ended = self._end_all(f'inference restarted after an error: {error}')
-            self._engine.reset_chunks('inference restarted')
+            ended = self._end_all(f"inference restarted after an error: {error}")
+            self._engine.reset_chunks("inference restarted")
         except Exception:  # noqa: BLE001 — the engine itself is broken: still answer every ask
             traceback.print_exc()
             try:
-                ended = self.abandon(f'inference failed: {error}')
+                ended = self.abandon(f"inference failed: {error}")
             except Exception:  # noqa: BLE001 — nothing can be published now: the next restart tries again
                 traceback.print_exc()
                 ended = 0
         if ended:
             try:
-                self._log.warning(f'{ended} language requests ended by the restart')
+                self._log.warning(f"{ended} language requests ended by the restart")
             except Exception:  # noqa: BLE001 — as above
                 traceback.print_exc()
         return wait
@@ -228,19 +247,19 @@ class InferenceWorker:
                 self._asm.wait_new(max(0.0, end - time.monotonic()))
             assembly = self._asm.assemble()
             for err in assembly.errors:
-                self._report('bad_image', f'{err}; image dropped', WARN)
+                self._report("bad_image", f"{err}; image dropped", WARN)
             obs = assembly.observation
         if obs is not None and obs.stamp == self._last_stamp:
             obs = None  # same instant as the last frame (a late camera of that instant): no new frame
             self.repeated_observations += 1
-        if obs is None and self._engine.in_flight == 0 and not getattr(self._engine, 'busy', False):
+        if obs is None and self._engine.in_flight == 0 and not getattr(self._engine, "busy", False):
             return  # no request in flight (the concurrent schedule: nor outputs still to hand out)
         if obs is not None:
             self._last_stamp = obs.stamp
             try:
                 model_obs = self._frames.observation(obs)
             except ValueError as exc:  # a state the action space cannot take: this frame only
-                self._report('bad_observation', f'{exc}; observation dropped', WARN)
+                self._report("bad_observation", f"{exc}; observation dropped", WARN)
                 model_obs = None
             if model_obs is not None:
                 self._engine.submit_observation(model_obs)
@@ -259,7 +278,7 @@ class InferenceWorker:
         try:
             cmd = self._frames.command(chunk)
         except ValueError as exc:
-            self._report('action_refused', f'action chunk of frame {chunk.frame_id} not published: {exc}', ERROR)
+            self._report("action_refused", f"action chunk of frame {chunk.frame_id} not published: {exc}", ERROR)
             return
         if self._out.publish_chunk(chunk, cmd):
             self.last_chunk_at = time.monotonic()
@@ -270,7 +289,7 @@ class InferenceWorker:
         activation). The node's health is derived from this — from chunks actually published, not
         from the absence of errors (``/diagnostics`` ERROR)."""
         if not self.alive:
-            return 'the inference thread is not running' if self._thread is not None else None
+            return "the inference thread is not running" if self._thread is not None else None
         if not self.observed:
             return None
         since = now - (self.last_chunk_at if self.last_chunk_at is not None else self.started_at)
@@ -278,8 +297,8 @@ class InferenceWorker:
             return None
         started = self.frame_started_at
         if started is not None and now - started > timeout_s:
-            return f'no action chunk for {since:.1f} s: one inference frame has run for {now - started:.1f} s'
-        return f'no action chunk published for {since:.1f} s (chunk_timeout_s {timeout_s:.1f})'
+            return f"no action chunk for {since:.1f} s: one inference frame has run for {now - started:.1f} s"
+        return f"no action chunk published for {since:.1f} s (chunk_timeout_s {timeout_s:.1f})"
 
     def _handle(self, result: FrameResult) -> None:
         # the frame's text first: if anything below raises (the supervisor restarts the loop), the
@@ -287,18 +306,19 @@ class InferenceWorker:
         self._unsent.append(self.utterances.frame(result.deltas, result.ended))
         self._stats.record(time.monotonic(), result.metrics, result.action is not None)
         if result.error:
-            self._report('frame_dropped', result.error, WARN)
+            self._report("frame_dropped", result.error, WARN)
         for f in result.faults:  # contained engine faults: counted by kind, traceback logged once
             if f.kind not in self._logged_faults:
                 self._logged_faults.add(f.kind)
-                self._log.error(f'engine fault in {f.stage} (contained):\n{f.trace}')
-            self._report(f'fault_{f.kind}', f'{f.error} (frame {f.frame_id}, failed requests {list(f.request_ids)})',
-                         ERROR)
+                self._log.error(f"engine fault in {f.stage} (contained):\n{f.trace}")
+            self._report(
+                f"fault_{f.kind}", f"{f.error} (frame {f.frame_id}, failed requests {list(f.request_ids)})", ERROR
+            )
         for r in result.ended:
             if r.outcome in self.ended:  # every end but finishing; its utterance says why
                 self.ended[r.outcome] += 1
-                if r.outcome != 'cancelled':  # a cancel is asked for, not a problem
-                    self._report(f'request_{r.outcome}', f'request {r.id} ({r.task}) {r.outcome}: {r.reason}', WARN)
+                if r.outcome != "cancelled":  # a cancel is asked for, not a problem
+                    self._report(f"request_{r.outcome}", f"request {r.id} ({r.task}) {r.outcome}: {r.reason}", WARN)
         if not self._stop.is_set():  # else the node is deactivating or shutting down: the node decides
             self._publish_unsent()
         self._snapshot()
@@ -323,7 +343,7 @@ class InferenceWorker:
         last frame, then cancel every request still in flight with ``reason`` and end its utterance
         with that reason, so no ask is left unanswered by a deactivation or a shutdown. Returns how
         many ended."""
-        assert not self.alive, 'end_requests() while the inference thread runs'
+        assert not self.alive, "end_requests() while the inference thread runs"
         return self._end_all(reason)
 
     def _end_all(self, reason: str) -> int:
@@ -342,7 +362,7 @@ class InferenceWorker:
         self._snapshot()
         return len(ended)
 
-    def abandon(self, reason: str, outcome: str = 'failed') -> int:
+    def abandon(self, reason: str, outcome: str = "failed") -> int:
         """End every open utterance on the text topics with ``[request N <outcome>: <reason>]``
         without the engine: the last resort when the engine cannot end its requests (a broken
         engine), or when the node must exit while a frame still runs (shutdown). Returns how many
@@ -350,12 +370,14 @@ class InferenceWorker:
         by_task = self.utterances.abandon(reason, outcome)
         for task, emits in by_task.items():
             self._out.publish_text(task, emits)
-        return sum(1 for emits in by_task.values() for e in emits if e.kind == 'text')
+        return sum(1 for emits in by_task.values() for e in emits if e.kind == "text")
 
     def _snapshot(self) -> None:
-        snap: dict[str, int] = {'running_requests': self._engine.running,
-                                'queued_requests': self._engine.queued,
-                                'requests_in_flight': self._engine.in_flight}
+        snap: dict[str, int] = {
+            "running_requests": self._engine.running,
+            "queued_requests": self._engine.queued,
+            "requests_in_flight": self._engine.in_flight,
+        }
         for task, row in self._engine.request_counts().items():
-            snap.update({f'requests_{task}_{k}': v for k, v in row.items()})
+            snap.update({f"requests_{task}_{k}": v for k, v in row.items()})
         self.snapshot = snap

@@ -5,7 +5,8 @@ Every callback is short and never waits for inference: images are stored undecod
 arrive as serialized bytes (``raw=True``; ``/joint_states`` runs at the controller rate, up to
 1 kHz) and are read by :class:`~oxygen_ros.ros.convert.JointStateDecoder` (no Python message is
 built), picked by name and buffered; asks go to ``submit_ask`` (the inference worker's
-:meth:`~oxygen_ros.ros.inference.InferenceWorker.ask`: queued in the engine, utterance reserved). Every joint state is counted
+:meth:`~oxygen_ros.ros.inference.InferenceWorker.ask`: queued in the engine, utterance reserved). Every joint state
+is counted
 by outcome (``joint_state_counts``: received = accepted + bad + out of order + while inactive).
 Bad input is counted and reported in the :class:`~oxygen_ros.ros.diagnostics.ProblemLog` (logged
 once per kind), never raised. Work is bounded before it is done: an image's size is read from the
@@ -44,15 +45,15 @@ from oxygen_ros.ros.convert import (
     image_to_rgb,
 )
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
-from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.observation import ObservationAssembler, Verdict
+from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.streams.liveness import InputWatch, Liveness
 
-__all__ = ['JOINT_STATES', 'decode_image', 'InputHandler']
+__all__ = ["JOINT_STATES", "decode_image", "InputHandler"]
 
 #: Name of the joint-state input in liveness messages and ``/diagnostics`` keys (cameras: ``camera <slot>``).
-JOINT_STATES = 'joint_states'
+JOINT_STATES = "joint_states"
 
 
 def decode_image(msg: Image | CompressedImage) -> np.ndarray:
@@ -84,19 +85,24 @@ class InputHandler:
             stamp what they publish with them).
     """
 
-    def __init__(self, node: Node, cfg: NodeConfig, assembler: ObservationAssembler,
-                 submit_ask: Callable[[str, str], int],
-                 problems: ProblemLog, now: Callable[[], float],
-                 on_time_jump: Callable[[], None],
-                 ignore_ask: Callable[[str, str, str], None] = lambda task, text, reason: None,
-                 stamps: StampBook | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        cfg: NodeConfig,
+        assembler: ObservationAssembler,
+        submit_ask: Callable[[str, str], int],
+        problems: ProblemLog,
+        now: Callable[[], float],
+        on_time_jump: Callable[[], None],
+        ignore_ask: Callable[[str, str, str], None] = lambda task, text, reason: None,
+        stamps: StampBook | None = None,
+    ) -> None:
         self._node, self._cfg, self._asm, self._submit_ask = node, cfg, assembler, submit_ask
         self._ignore_ask = ignore_ask
         self._problems, self._now, self._on_time_jump = problems, now, on_time_jump
         self.active = False
         self.asks = 0
-        self.joint_state_counts = dict.fromkeys(
-            ('received', 'accepted', 'bad', 'out_of_order', 'inactive'), 0)
+        self.joint_state_counts = dict.fromkeys(("received", "accepted", "bad", "out_of_order", "inactive"), 0)
         self._joints = JointStateDecoder(cfg.state_joint_names or cfg.joint_names)
         self.ignored_inactive = 0
         self.dropped_images = 0  # refused before decoding: not PNG/JPEG, malformed header, too large
@@ -111,29 +117,51 @@ class InputHandler:
         language = MutuallyExclusiveCallbackGroup()
         cam_qos = qos_from_name(cfg.camera_qos)
         for slot, (topic, kind) in cfg.cameras.items():
-            msg_type = CompressedImage if kind == 'compressed' else Image
-            name = f'camera {slot}'
-            self._subs.append(node.create_subscription(
-                msg_type, topic, lambda m, s=slot, n=name: self._on_image(s, n, m), cam_qos,
-                callback_group=sensors))
+            msg_type = CompressedImage if kind == "compressed" else Image
+            name = f"camera {slot}"
+            self._subs.append(
+                node.create_subscription(
+                    msg_type, topic, lambda m, s=slot, n=name: self._on_image(s, n, m), cam_qos, callback_group=sensors
+                )
+            )
             self.topics[name] = self._subs[-1].topic_name
-        self._subs.append(node.create_subscription(
-            JointState, cfg.joint_state_topic, self._on_joint_state,
-            qos_from_name(cfg.joint_state_qos), callback_group=sensors, raw=True))
+        self._subs.append(
+            node.create_subscription(
+                JointState,
+                cfg.joint_state_topic,
+                self._on_joint_state,
+                qos_from_name(cfg.joint_state_qos),
+                callback_group=sensors,
+                raw=True,
+            )
+        )
         self.topics[JOINT_STATES] = self._subs[-1].topic_name
-        self._subs.append(node.create_subscription(
-            String, cfg.instruction_topic, self._on_instruction, qos_from_name(cfg.instruction_qos),
-            callback_group=language))
+        self._subs.append(
+            node.create_subscription(
+                String,
+                cfg.instruction_topic,
+                self._on_instruction,
+                qos_from_name(cfg.instruction_qos),
+                callback_group=language,
+            )
+        )
         for task, topics in cfg.task_topics.items():
             if topics.ask:
-                self._subs.append(node.create_subscription(
-                    String, topics.ask, lambda m, t=task: self._on_ask(t, m),
-                    qos_from_name(cfg.ask_qos), callback_group=language))
+                self._subs.append(
+                    node.create_subscription(
+                        String,
+                        topics.ask,
+                        lambda m, t=task: self._on_ask(t, m),
+                        qos_from_name(cfg.ask_qos),
+                        callback_group=language,
+                    )
+                )
                 self.ask_topics[task] = self._subs[-1].topic_name
         self.watch = InputWatch(list(self.topics), cfg.input_timeout_s)
         self._arrived = self.watch.last  # the callbacks' one store per message
-        self._watch_timer = node.create_timer(min(0.25, cfg.input_timeout_s / 4), self._check_inputs,
-                                              callback_group=sensors)
+        self._watch_timer = node.create_timer(
+            min(0.25, cfg.input_timeout_s / 4), self._check_inputs, callback_group=sensors
+        )
 
     def destroy(self) -> None:
         """Destroy every subscription and the liveness timer."""
@@ -161,9 +189,9 @@ class InputHandler:
 
     def describe(self) -> str:
         """One line: the cameras (slot and topic), the joint-state topic and the ask topics."""
-        cams = ', '.join(f'{n[len("camera "):]} {t}' for n, t in self.topics.items() if n != JOINT_STATES)
-        asks = ', '.join(f'{t} ({task})' for task, t in self.ask_topics.items()) or 'none'
-        return f'cameras {cams}; joint states {self.topics[JOINT_STATES]}; asks {asks}'
+        cams = ", ".join(f"{n[len('camera ') :]} {t}" for n, t in self.topics.items() if n != JOINT_STATES)
+        asks = ", ".join(f"{t} ({task})" for task, t in self.ask_topics.items()) or "none"
+        return f"cameras {cams}; joint states {self.topics[JOINT_STATES]}; asks {asks}"
 
     def liveness(self, now: float) -> Liveness:
         """The inputs' liveness at ``now`` (monotonic seconds); empty while not active."""
@@ -175,25 +203,30 @@ class InputHandler:
             return
         log = self._node.get_logger()
         for c in self.watch.check(self._now()):
-            where = f'{c.name} on {self.topics[c.name]}'
-            if c.kind == 'stale':
-                log.warning(f'input stale: {where} has sent nothing for {c.seconds:.1f} s '
-                            f'(input_timeout_s {self._cfg.input_timeout_s:g}); /diagnostics warns until it resumes')
-            elif c.kind == 'resumed':
-                log.info(f'input resumed: {where} (silent for about {c.seconds:.1f} s)')
+            where = f"{c.name} on {self.topics[c.name]}"
+            if c.kind == "stale":
+                log.warning(
+                    f"input stale: {where} has sent nothing for {c.seconds:.1f} s "
+                    f"(input_timeout_s {self._cfg.input_timeout_s:g}); /diagnostics warns until it resumes"
+                )
+            elif c.kind == "resumed":
+                log.info(f"input resumed: {where} (silent for about {c.seconds:.1f} s)")
             else:
-                tail = ('its slot is masked' if c.name != JOINT_STATES
-                        else 'no observation can be assembled without joint states')
-                log.warning(f'{where} has sent nothing since activation ({c.seconds:.1f} s); {tail}')
+                tail = (
+                    "its slot is masked"
+                    if c.name != JOINT_STATES
+                    else "no observation can be assembled without joint states"
+                )
+                log.warning(f"{where} has sent nothing since activation ({c.seconds:.1f} s); {tail}")
 
     # ------------------------------------------------------------------ helpers
     def _node_state(self) -> str:
-        state = getattr(self._node, 'lifecycle_state', '')
-        return state if state and state != 'active' else 'not active'
+        state = getattr(self._node, "lifecycle_state", "")
+        return state if state and state != "active" else "not active"
 
     def _report(self, kind: str, message: str, level: int = WARN) -> None:
         if self._problems.report(kind, message, self._now(), level):
-            self._node.get_logger().warning(f'{kind}: {message} (further ones are only counted)')
+            self._node.get_logger().warning(f"{kind}: {message} (further ones are only counted)")
 
     def _stamp(self, msg: Any, what: str) -> float:
         return self._stamp_parts(msg.header.stamp.sec, msg.header.stamp.nanosec, what)
@@ -202,17 +235,19 @@ class InputHandler:
         stamp = self.stamps.remember_parts(sec, nanosec)
         if stamp == 0.0:  # publisher without stamps: use the receive time on the node's clock
             self.zero_stamps += 1
-            self._report('zero_stamp', f'{what} has no header stamp; using the receive time')
+            self._report("zero_stamp", f"{what} has no header stamp; using the receive time")
             stamp = self._node.get_clock().now().nanoseconds * 1e-9
         return stamp
 
     def _verdict(self, verdict: Verdict, what: str, stamp: float) -> None:
         if verdict is Verdict.OUT_OF_ORDER:
-            self._report('out_of_order', f'{what}: message stamped {stamp:.3f} is older than the '
-                         'newest one; dropped')
+            self._report("out_of_order", f"{what}: message stamped {stamp:.3f} is older than the newest one; dropped")
         elif verdict is Verdict.TIME_JUMP:
-            self._report('time_jump', f'{what}: stamp {stamp:.3f} jumped backwards by more than '
-                         f'{self._cfg.time_jump_s:g} s; input buffers cleared')
+            self._report(
+                "time_jump",
+                f"{what}: stamp {stamp:.3f} jumped backwards by more than "
+                f"{self._cfg.time_jump_s:g} s; input buffers cleared",
+            )
             self._on_time_jump()
 
     # ------------------------------------------------------------------ callbacks
@@ -225,40 +260,46 @@ class InputHandler:
             width, height = image_size(msg)
         except ImageConversionError as exc:
             self.dropped_images += 1
-            self._report('bad_image', f'camera {slot}: {exc}; image dropped')
+            self._report("bad_image", f"camera {slot}: {exc}; image dropped")
             return
         if width * height > self._cfg.max_image_pixels:
             self.dropped_images += 1
-            self._report('image_too_large', f'camera {slot}: {width}x{height} = {width * height} pixels is more '
-                         f'than max_image_pixels = {self._cfg.max_image_pixels}; image dropped undecoded')
+            self._report(
+                "image_too_large",
+                f"camera {slot}: {width}x{height} = {width * height} pixels is more "
+                f"than max_image_pixels = {self._cfg.max_image_pixels}; image dropped undecoded",
+            )
             return
-        stamp = self._stamp(msg, f'camera {slot}')
-        self._verdict(self._asm.add_image(slot, stamp, msg), f'camera {slot}', stamp)
+        stamp = self._stamp(msg, f"camera {slot}")
+        self._verdict(self._asm.add_image(slot, stamp, msg), f"camera {slot}", stamp)
 
     def _on_joint_state(self, data: bytes) -> None:
         counts = self.joint_state_counts
-        counts['received'] += 1
+        counts["received"] += 1
         if not self.active:
-            counts['inactive'] += 1
+            counts["inactive"] += 1
             self.ignored_inactive += 1
             return
         self._arrived[JOINT_STATES] = self._now()
         try:
             sec, nanosec, state = self._joints.decode(data)
         except JointStateError as exc:
-            counts['bad'] += 1
-            self._report('bad_joint_state', f'{exc}; message dropped')
+            counts["bad"] += 1
+            self._report("bad_joint_state", f"{exc}; message dropped")
             return
-        stamp = self._stamp_parts(sec, nanosec, 'joint state')
+        stamp = self._stamp_parts(sec, nanosec, "joint state")
         verdict = self._asm.add_state(stamp, state)
-        counts['out_of_order' if verdict is Verdict.OUT_OF_ORDER else 'accepted'] += 1
-        self._verdict(verdict, 'joint state', stamp)
+        counts["out_of_order" if verdict is Verdict.OUT_OF_ORDER else "accepted"] += 1
+        self._verdict(verdict, "joint state", stamp)
 
     def _on_instruction(self, msg: String) -> None:
         if len(msg.data) > self._cfg.max_instruction_chars:
             self.refused_instructions += 1
-            self._report('instruction_too_long', f'instruction of {len(msg.data)} characters refused (more than '
-                         f'max_instruction_chars = {self._cfg.max_instruction_chars}); the previous one stays')
+            self._report(
+                "instruction_too_long",
+                f"instruction of {len(msg.data)} characters refused (more than "
+                f"max_instruction_chars = {self._cfg.max_instruction_chars}); the previous one stays",
+            )
             return
         self._asm.set_instruction(msg.data)
         self.instructions += 1
@@ -266,12 +307,13 @@ class InputHandler:
     def _on_ask(self, task: str, msg: String) -> None:
         if not self.active:
             self.ignored_inactive += 1
-            self._report('ask_ignored', f'{task} ask ignored: node not active (answered with a notice)')
-            self._ignore_ask(task, msg.data, f'the node is {self._node_state()}; asks are answered only '
-                             'while it is active')
+            self._report("ask_ignored", f"{task} ask ignored: node not active (answered with a notice)")
+            self._ignore_ask(
+                task, msg.data, f"the node is {self._node_state()}; asks are answered only while it is active"
+            )
             return
         try:
             self._submit_ask(task, msg.data)
             self.asks += 1
         except (KeyError, ValueError) as exc:
-            self._report('bad_ask', f'{task} ask rejected: {exc}')
+            self._report("bad_ask", f"{task} ask rejected: {exc}")

@@ -10,7 +10,8 @@ Lifecycle (rclpy.lifecycle):
 
 With ``autostart`` (default) :func:`main` takes the node to *active* right away.
 
-Threads: one executor (rclpy's C++ EventsExecutor where available, see :func:`make_executor`) runs the (short) callbacks (callback groups: sensors, language
+Threads: one executor (rclpy's C++ EventsExecutor where available, see :func:`make_executor`) runs the (short)
+callbacks (callback groups: sensors, language
 inputs, command timer, diagnostics timer, lifecycle services) and one inference thread runs the engine
 (:mod:`oxygen_ros.ros.inference`). /diagnostics is published in every state.
 """
@@ -36,24 +37,24 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import get_default_context
 
-from oxygen_ros.ros.distro import events_executor
+from oxygen_ros.ros.convert.stamps import StampBook
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats, ProblemLog, log_at
+from oxygen_ros.ros.distro import events_executor
 from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
-from oxygen_ros.ros.node_status import inference_status
-from oxygen_ros.ros.convert.stamps import StampBook
-from oxygen_ros.ros.params.live import live_update
-from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, read_node_config
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
+from oxygen_ros.ros.node_status import inference_status
 from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
+from oxygen_ros.ros.params.files import check_node_arguments
+from oxygen_ros.ros.params.live import live_update
+from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, read_node_config
+from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.shadow import ShadowMonitor
-from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.streams.text import Emit, ignored_notice
-from oxygen_ros.ros.params.files import check_node_arguments
 
-__all__ = ['OxygenNode', 'main', 'make_executor']
+__all__ = ["OxygenNode", "main", "make_executor"]
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
@@ -61,25 +62,26 @@ SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FA
 class OxygenNode(LifecycleNode):
     """π0.5 VLA executor node (see module doc). ``kwargs`` go to ``LifecycleNode``."""
 
-    def __init__(self, node_name: str = 'oxygen', **kwargs) -> None:
+    def __init__(self, node_name: str = "oxygen", **kwargs) -> None:
         super().__init__(node_name, **kwargs)
         declare_node_params(self)
         self.problems = ProblemLog()
         self.stats = FrameStats()
         self.cfg: NodeConfig | None = None
-        self.configure_error = ''
+        self.configure_error = ""
         self.policy = self.engine = self.assembler = None
         self.inputs: InputHandler | None = None
         self.outputs: Outputs | None = None
         self.worker: InferenceWorker | None = None
         self._command_timer = None
         self._command_group = MutuallyExclusiveCallbackGroup()
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        period = self.get_parameter('diagnostics_period_s').value
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        period = self.get_parameter("diagnostics_period_s").value
         if not isinstance(period, (int, float)) or not 0.05 <= period <= 60.0:
             period = 1.0  # an invalid value is reported at configure
-        self._diag_timer = self.create_timer(float(period), self._publish_diagnostics,
-                                             callback_group=MutuallyExclusiveCallbackGroup())
+        self._diag_timer = self.create_timer(
+            float(period), self._publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
+        )
         self.add_on_set_parameters_callback(self._on_set_parameters)  # live changes (params/live.py)
 
     @property
@@ -93,44 +95,51 @@ class OxygenNode(LifecycleNode):
     def report(self, kind: str, message: str, level: int = WARN) -> None:
         """Count a problem for /diagnostics; log it the first time its kind occurs."""
         if self.problems.report(kind, message, time.monotonic(), level):
-            log_at(self.get_logger(), level, f'{kind}: {message}')
+            log_at(self.get_logger(), level, f"{kind}: {message}")
 
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """A parameter change (``ros2 param set``, ``oxygen params set``): in *unconfigured* every
         value is accepted (read at configure); a configured node applies live ones from the next
         frame and refuses the others with how to apply them (:mod:`oxygen_ros.ros.params.live`)."""
-        if self.lifecycle_state not in ('inactive', 'active') or self.engine is None:
+        if self.lifecycle_state not in ("inactive", "active") or self.engine is None:
             return SetParametersResult(successful=True)
         try:
             reason = self._apply_live({p.name: p.value for p in params})
         except Exception as exc:  # racing a transition: refuse, never raise into rclpy
-            reason = f'not applied: {type(exc).__name__}: {exc}'
+            reason = f"not applied: {type(exc).__name__}: {exc}"
         if reason:
-            self.get_logger().warning(f'parameter change refused: {reason}')
+            self.get_logger().warning(f"parameter change refused: {reason}")
         else:
-            self.get_logger().info('applied live: ' + ', '.join(f'{p.name}={p.value!r}' for p in params))
+            self.get_logger().info("applied live: " + ", ".join(f"{p.name}={p.value!r}" for p in params))
         return SetParametersResult(successful=not reason, reason=reason)
 
     def _apply_live(self, params: dict[str, object]) -> str:
         """Check ``params`` (:func:`~oxygen_ros.ros.params.live.live_update`) and hand the new
         configuration to the engine and to each part's ``reconfigure``; all or none. Returns
         ``''`` when applied, else the reason every one was refused."""
-        update = live_update(self.cfg, self.engine.cfg, self.engine.rtc,
-                             lambda n: self.get_parameter(n).value if self.has_parameter(n) else None,
-                             params, self.lifecycle_state)
+        update = live_update(
+            self.cfg,
+            self.engine.cfg,
+            self.engine.rtc,
+            lambda n: self.get_parameter(n).value if self.has_parameter(n) else None,
+            params,
+            self.lifecycle_state,
+        )
         if update is None or isinstance(update, str):
-            return update or ''
+            return update or ""
         new = update.cfg
         self.engine.reconfigure(update.engine, update.rtc)
-        self.assembler.reconfigure(assembler_config(new, self.assembler.cfg.slots),
-                                   new.instruction if 'instruction' in update.changed else None)
+        self.assembler.reconfigure(
+            assembler_config(new, self.assembler.cfg.slots),
+            new.instruction if "instruction" in update.changed else None,
+        )
         self.worker.reconfigure(new)
         self.outputs.reconfigure(new)
         self.inputs.reconfigure(new)
         if new.diagnostics_period_s != self.cfg.diagnostics_period_s:
             self.set_diagnostics_period(new.diagnostics_period_s)
         self.cfg = new
-        return ''
+        return ""
 
     def _camera_silence(self) -> float | None:
         """Seconds since the newest camera image when every camera is stale (input liveness,
@@ -138,7 +147,7 @@ class OxygenNode(LifecycleNode):
         inputs, cfg = self.inputs, self.cfg
         if inputs is None or cfg is None:
             return None
-        ages = [a for n, a in inputs.liveness(time.monotonic()).ages.items() if n.startswith('camera ')]
+        ages = [a for n, a in inputs.liveness(time.monotonic()).ages.items() if n.startswith("camera ")]
         if not ages or any(a is not None and a <= cfg.input_timeout_s for a in ages):
             return None
         return min((a for a in ages if a is not None), default=0.0)
@@ -152,7 +161,7 @@ class OxygenNode(LifecycleNode):
         """Answer an ask the node does not take (not active) on the task's text topic."""
         outputs = self.outputs
         if outputs is not None and task in outputs.texts:
-            outputs.publish_text(task, [Emit('text', ignored_notice(text, reason), 0)])
+            outputs.publish_text(task, [Emit("text", ignored_notice(text, reason), 0)])
 
     def _on_time_jump(self) -> None:
         if self.outputs is not None:
@@ -169,34 +178,38 @@ class OxygenNode(LifecycleNode):
             self._load(cfg)
         except Exception as exc:  # model files, CUDA, sizes: report instead of crashing
             self._release()
-            return self._fail_configure(f'{type(exc).__name__}: {exc}')
-        self.cfg, self.configure_error = cfg, ''
+            return self._fail_configure(f"{type(exc).__name__}: {exc}")
+        self.cfg, self.configure_error = cfg, ""
         for note in cfg.notes:
             self.get_logger().warning(note)
         if self._diag_timer.timer_period_ns != int(cfg.diagnostics_period_s * 1e9):  # set while unconfigured
             self.set_diagnostics_period(cfg.diagnostics_period_s)
         self.get_logger().info(
-            f'configured: model {cfg.model!r} on {self.policy.model.device} '
-            f'({self.policy.model.dtype}), cameras {sorted(cfg.cameras)}, '
-            f'{len(cfg.joint_names)} joints, KV pool {self.engine.pool.blocks.num_blocks} blocks')
+            f"configured: model {cfg.model!r} on {self.policy.model.device} "
+            f"({self.policy.model.dtype}), cameras {sorted(cfg.cameras)}, "
+            f"{len(cfg.joint_names)} joints, KV pool {self.engine.pool.blocks.num_blocks} blocks"
+        )
         return SUCCESS
 
     def _fail_configure(self, message: str) -> TransitionCallbackReturn:
         self.configure_error = message
-        self.get_logger().error(f'configure failed: {message}')
+        self.get_logger().error(f"configure failed: {message}")
         return FAILURE
 
     def _load(self, cfg: NodeConfig) -> None:
         from oxygen_ros.core.loops.schedules import make_engine
-
         from oxygen_ros.core.robot_io import RobotFrames
 
         frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
         self.policy = load_policy(cfg)
         slots = tuple(self.policy.cfg.image_slots)
-        self.engine = make_engine(self.policy, cfg.engine, rtc=cfg.rtc,
-                                  rtc_relative=(frames.space.delta, frames.space.anchor),  # delta spaces
-                                  stamp_clock=lambda: self.get_clock().now().nanoseconds * 1e-9)  # stamp → chunk
+        self.engine = make_engine(
+            self.policy,
+            cfg.engine,
+            rtc=cfg.rtc,
+            rtc_relative=(frames.space.delta, frames.space.anchor),  # delta spaces
+            stamp_clock=lambda: self.get_clock().now().nanoseconds * 1e-9,
+        )  # stamp → chunk
         self.get_logger().info(self.engine.pool_plan.describe())
         self.engine.warmup()
         # every endpoint and part of the configured node, created here with what it needs
@@ -205,25 +218,46 @@ class OxygenNode(LifecycleNode):
         stamps = StampBook()  # input header stamps, reused bit for bit on the outputs
         shadow = None
         if cfg.shadow.enabled and cfg.shadow.operator_topic:
-            shadow = ShadowMonitor(self, cfg.shadow, cfg.joint_names, cfg.control_period_s,
-                                   qos_from_name(cfg.shadow_operator_qos))
-        self.outputs = Outputs(self, cfg, slots, self.policy.cfg.vision.image_size, self.report,
-                               stamp_of=stamps.exact, shadow=shadow)
-        self.worker = InferenceWorker(self.engine, self.assembler, self.outputs, self.stats,
-                                      self.report, self.get_logger(), cfg.camera_sync_s, frames=frames,
-                                      text_header=cfg.text_header, camera_silence=self._camera_silence)
-        self.inputs = InputHandler(self, cfg, self.assembler, self.worker.ask, self.problems,
-                                   time.monotonic, self._on_time_jump, self._ignore_ask, stamps=stamps)
+            shadow = ShadowMonitor(
+                self, cfg.shadow, cfg.joint_names, cfg.control_period_s, qos_from_name(cfg.shadow_operator_qos)
+            )
+        self.outputs = Outputs(
+            self, cfg, slots, self.policy.cfg.vision.image_size, self.report, stamp_of=stamps.exact, shadow=shadow
+        )
+        self.worker = InferenceWorker(
+            self.engine,
+            self.assembler,
+            self.outputs,
+            self.stats,
+            self.report,
+            self.get_logger(),
+            cfg.camera_sync_s,
+            frames=frames,
+            text_header=cfg.text_header,
+            camera_silence=self._camera_silence,
+        )
+        self.inputs = InputHandler(
+            self,
+            cfg,
+            self.assembler,
+            self.worker.ask,
+            self.problems,
+            time.monotonic,
+            self._on_time_jump,
+            self._ignore_ask,
+            stamps=stamps,
+        )
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the inference thread, the command timer and input processing."""
         ret = super().on_activate(state)  # enables the lifecycle publishers
         if self.cfg.action_rate_hz > 0:
-            self._command_timer = self.create_timer(1.0 / self.cfg.action_rate_hz, self._command_tick,
-                                                    callback_group=self._command_group)
+            self._command_timer = self.create_timer(
+                1.0 / self.cfg.action_rate_hz, self._command_tick, callback_group=self._command_group
+            )
         self.worker.start()
         self.inputs.activate()
-        self.get_logger().info(f'active, ready: {self.inputs.describe()}')
+        self.get_logger().info(f"active, ready: {self.inputs.describe()}")
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -231,10 +265,10 @@ class OxygenNode(LifecycleNode):
         request still in flight (cancelled, its utterance says ``node deactivated``)."""
         self._stop_activity()
         if self.worker is not None and not self.worker.alive:
-            ended = self.worker.end_requests('node deactivated')
+            ended = self.worker.end_requests("node deactivated")
             if ended:
-                self.get_logger().info(f'deactivated: {ended} language requests ended (cancelled)')
-            self.engine.reset_chunks('reset')  # the next chunk after activation follows nothing
+                self.get_logger().info(f"deactivated: {ended} language requests ended (cancelled)")
+            self.engine.reset_chunks("reset")  # the next chunk after activation follows nothing
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -252,7 +286,7 @@ class OxygenNode(LifecycleNode):
         self.teardown()
         return SUCCESS
 
-    def shut_down(self, reason: str = 'node shutting down', wait_s: float = 1.5) -> int:
+    def shut_down(self, reason: str = "node shutting down", wait_s: float = 1.5) -> int:
         """Before the process exits (SIGINT / SIGTERM, :func:`main`): stop taking input, stop the
         inference thread (waiting up to ``wait_s`` seconds for its frame) and end every language
         request in flight with ``[request N cancelled: <reason>]`` on its text topics, while the
@@ -265,7 +299,7 @@ class OxygenNode(LifecycleNode):
             return 0
         if worker.stop(wait_s):
             return worker.end_requests(reason)
-        return worker.abandon(reason, 'cancelled')
+        return worker.abandon(reason, "cancelled")
 
     def _stop_activity(self, wait_s: float = 30.0) -> None:
         if self.inputs is not None:
@@ -274,7 +308,7 @@ class OxygenNode(LifecycleNode):
             self.destroy_timer(self._command_timer)
             self._command_timer = None
         if self.worker is not None and not self.worker.stop(wait_s):
-            self.get_logger().error(f'inference thread did not stop within {wait_s:g} s')
+            self.get_logger().error(f"inference thread did not stop within {wait_s:g} s")
         if self.assembler is not None:
             self.assembler.clear()
         if self.outputs is not None:
@@ -288,12 +322,13 @@ class OxygenNode(LifecycleNode):
             self.outputs.destroy()
         if self.engine is not None and not (self.worker is not None and self.worker.alive):
             self.engine.close()  # (a frame still running at exit keeps its engine until the process ends)
-        device = getattr(getattr(self.policy, 'model', None), 'device', None)
+        device = getattr(getattr(self.policy, "model", None), "device", None)
         self.policy = self.engine = self.assembler = None
         self.inputs = self.outputs = self.worker = None
         gc.collect()
-        if device is not None and device.type == 'cuda':
+        if device is not None and device.type == "cuda":
             import torch
+
             torch.cuda.empty_cache()
 
     def teardown(self, wait_s: float = 30.0) -> None:
@@ -317,13 +352,13 @@ class OxygenNode(LifecycleNode):
     # ------------------------------------------------------------------ timers
     def _command_tick(self) -> None:
         outputs = self.outputs
-        if outputs is None or self.lifecycle_state != 'active':
+        if outputs is None or self.lifecycle_state != "active":
             return
         try:
             if outputs.publish_command(self.get_clock().now().nanoseconds * 1e-9):
                 self.stats.record_command(time.monotonic())
         except Exception as exc:  # racing a transition: never let a timer kill the executor
-            self.report('command_error', f'{type(exc).__name__}: {exc}', ERROR)
+            self.report("command_error", f"{type(exc).__name__}: {exc}", ERROR)
 
     def _publish_diagnostics(self) -> None:
         try:
@@ -332,7 +367,7 @@ class OxygenNode(LifecycleNode):
             msg.status = [inference_status(self, time.monotonic())]
             self._diag_pub.publish(msg)
         except Exception as exc:  # e.g. racing a cleanup; the next period reports again
-            self.get_logger().debug(f'diagnostics skipped: {type(exc).__name__}: {exc}')
+            self.get_logger().debug(f"diagnostics skipped: {type(exc).__name__}: {exc}")
 
 
 def make_executor(context: Context | None = None) -> tuple[Executor, str]:
@@ -349,9 +384,9 @@ def make_executor(context: Context | None = None) -> tuple[Executor, str]:
     comparison in the ingress benchmark).
     """
     events = events_executor()
-    if events is None or os.environ.get('OXYGEN_EXECUTOR', '') == 'single':
-        return SingleThreadedExecutor(context=context), 'SingleThreadedExecutor'
-    return events(context=context), 'EventsExecutor'
+    if events is None or os.environ.get("OXYGEN_EXECUTOR", "") == "single":
+        return SingleThreadedExecutor(context=context), "SingleThreadedExecutor"
+    return events(context=context), "EventsExecutor"
 
 
 def main(args: list[str] | None = None) -> NoReturn:
@@ -361,10 +396,11 @@ def main(args: list[str] | None = None) -> NoReturn:
     On a signal the node answers before it goes: every language request in flight ends with
     ``[request N cancelled: node shutting down]`` on its text topics (:meth:`OxygenNode.shut_down`),
     then the node is torn down and the process exits without the interpreter's slow finalization —
-    within about 2 s, also while a frame runs (``ros2 launch`` escalates to SIGTERM after 5 s). rclpy's own signal handlers are not installed
+    within about 2 s, also while a frame runs (``ros2 launch`` escalates to SIGTERM after 5 s). rclpy's own signal
+    handlers are not installed
     (they would shut the context down first, and nothing could be published any more).
     """
-    check_node_arguments('oxygen_node', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
+    check_node_arguments("oxygen_node", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -378,9 +414,9 @@ def main(args: list[str] | None = None) -> NoReturn:
     # MultiThreadedExecutor busy-spins over its task list and starves the inference thread of the GIL.
     executor, kind = make_executor()
     executor.add_node(node)
-    node.get_logger().info(f'executor: {kind}')
+    node.get_logger().info(f"executor: {kind}")
     try:
-        if node.get_parameter('autostart').value is not False:
+        if node.get_parameter("autostart").value is not False:
             if node.trigger_configure() == SUCCESS and not stop.is_set():
                 node.trigger_activate()
         while rclpy.ok() and not stop.is_set():  # EventsExecutor.spin() of rclpy 9.1.2 dispatches nothing
@@ -391,7 +427,7 @@ def main(args: list[str] | None = None) -> NoReturn:
         try:
             ended = node.shut_down()
             if ended:
-                node.get_logger().info(f'shutting down: {ended} language requests ended (cancelled)')
+                node.get_logger().info(f"shutting down: {ended} language requests ended (cancelled)")
         finally:
             node.teardown(wait_s=0.5)
             executor.shutdown(timeout_sec=0.5)
@@ -408,5 +444,5 @@ def main(args: list[str] | None = None) -> NoReturn:
     os._exit(0)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -33,17 +33,17 @@ import numpy as np
 
 from oxygen_ros.core.types import Observation
 
-__all__ = ['AssemblerConfig', 'Assembly', 'ObservationAssembler', 'Verdict']
+__all__ = ["AssemblerConfig", "Assembly", "ObservationAssembler", "Verdict"]
 
-_STATE = '<joint_state>'
+_STATE = "<joint_state>"
 
 
 class Verdict(enum.Enum):
     """What :class:`ObservationAssembler` did with an input message."""
 
-    ACCEPTED = 'accepted'
-    OUT_OF_ORDER = 'out_of_order'  # dropped and counted
-    TIME_JUMP = 'time_jump'  # buffers cleared, message accepted
+    ACCEPTED = "accepted"
+    OUT_OF_ORDER = "out_of_order"  # dropped and counted
+    TIME_JUMP = "time_jump"  # buffers cleared, message accepted
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ class AssemblerConfig:
     def __post_init__(self) -> None:
         unknown = [c for c in self.cameras if c not in self.slots]
         if unknown:
-            raise ValueError(f'camera slots {unknown} are not model slots {list(self.slots)}')
+            raise ValueError(f"camera slots {unknown} are not model slots {list(self.slots)}")
         if not self.state_tolerance_s >= 0 or not self.camera_max_age_s > 0 or not self.time_jump_s > 0:
-            raise ValueError('state_tolerance_s must be >= 0, camera_max_age_s and time_jump_s > 0')
+            raise ValueError("state_tolerance_s must be >= 0, camera_max_age_s and time_jump_s > 0")
 
 
 @dataclass
@@ -94,7 +94,7 @@ class Assembly:
 
 
 class _Camera:
-    __slots__ = ('raw', 'raw_stamp', 'rgb', 'rgb_stamp', 'newest', 'received', 'since_frame')
+    __slots__ = ("raw", "raw_stamp", "rgb", "rgb_stamp", "newest", "received", "since_frame")
 
     def __init__(self) -> None:
         self.raw: Any = None  # newest undecoded payload
@@ -109,11 +109,10 @@ class _Camera:
 class ObservationAssembler:
     """Keeps the newest input of every stream and assembles observations from them."""
 
-    def __init__(self, cfg: AssemblerConfig, decode: Callable[[Any], np.ndarray],
-                 instruction: str = '') -> None:
+    def __init__(self, cfg: AssemblerConfig, decode: Callable[[Any], np.ndarray], instruction: str = "") -> None:
         """Args:
-            cfg: settings; decode: payload -> uint8 ``[H, W, 3]`` RGB, raising ``ValueError`` (or a
-            subclass) for a bad payload; instruction: the instruction until one is set.
+        cfg: settings; decode: payload -> uint8 ``[H, W, 3]`` RGB, raising ``ValueError`` (or a
+        subclass) for a bad payload; instruction: the instruction until one is set.
         """
         self.cfg = cfg
         self._decode = decode
@@ -121,8 +120,7 @@ class ObservationAssembler:
         self._new = threading.Event()
         self._instruction = instruction
         self._cams = {slot: _Camera() for slot in cfg.cameras}
-        self._states: collections.deque[tuple[float, np.ndarray]] = collections.deque(
-            maxlen=cfg.state_history)
+        self._states: collections.deque[tuple[float, np.ndarray]] = collections.deque(maxlen=cfg.state_history)
         self._state_newest: float | None = None
         self._t_ref: float | None = None
         self._last_key: tuple | None = None
@@ -188,10 +186,10 @@ class ObservationAssembler:
         Raises:
             ValueError: ``cfg`` changes what the assembler was built for (slots, cameras, history).
         """
-        fixed = ('slots', 'cameras', 'labels', 'state_history')
+        fixed = ("slots", "cameras", "labels", "state_history")
         changed = [f for f in fixed if getattr(cfg, f) != getattr(self.cfg, f)]
         if changed:
-            raise ValueError(f'not changeable on a running assembler: {changed}')
+            raise ValueError(f"not changeable on a running assembler: {changed}")
         with self._lock:
             self.cfg = cfg
             if instruction is not None:
@@ -213,8 +211,9 @@ class ObservationAssembler:
         """Live cameras (newest stamp within ``camera_max_age_s`` of ``t_ref``) that have not
         delivered an image since the last observation: worth a short wait to sync a frame."""
         with self._lock:
-            return sum(1 for c in self._cams.values()
-                       if c.newest is not None and not c.since_frame and self._live(c.newest))
+            return sum(
+                1 for c in self._cams.values() if c.newest is not None and not c.since_frame and self._live(c.newest)
+            )
 
     def wait_new(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for a new camera image; True if one arrived (and reset)."""
@@ -225,7 +224,7 @@ class ObservationAssembler:
     # ------------------------------------------------------------------ assembly (inference thread)
     def _label(self, slot: str) -> str:
         label = self.cfg.labels.get(slot)
-        return f'{slot} ({label})' if label else slot
+        return f"{slot} ({label})" if label else slot
 
     def _decode_pending(self) -> list[str]:
         with self._lock:
@@ -238,7 +237,7 @@ class ObservationAssembler:
             try:
                 rgb = self._decode(payload)
             except ValueError as exc:
-                errors.append(f'camera {self._label(slot)}: {exc}')
+                errors.append(f"camera {self._label(slot)}: {exc}")
                 with self._lock:
                     self.decode_errors += 1
                 continue
@@ -254,14 +253,16 @@ class ObservationAssembler:
             if slot in fresh:
                 continue
             if cam.received == 0:
-                notes.append(f'camera {self._label(slot)}: no image received, slot masked')
+                notes.append(f"camera {self._label(slot)}: no image received, slot masked")
             elif cam.rgb is None:
-                notes.append(f'camera {self._label(slot)}: no decodable image, slot masked')
+                notes.append(f"camera {self._label(slot)}: no decodable image, slot masked")
             else:
                 age = (self._t_ref or cam.rgb_stamp) - cam.rgb_stamp
-                behind = 'behind the joint states' if self._states_ahead_locked() is not None else 'old'
-                notes.append(f'camera {self._label(slot)}: stale ({age:.2f} s {behind} > '
-                             f'{self.cfg.camera_max_age_s:g} s), slot masked')
+                behind = "behind the joint states" if self._states_ahead_locked() is not None else "old"
+                notes.append(
+                    f"camera {self._label(slot)}: stale ({age:.2f} s {behind} > "
+                    f"{self.cfg.camera_max_age_s:g} s), slot masked"
+                )
         return notes
 
     def _states_ahead_locked(self) -> float | None:
@@ -277,30 +278,32 @@ class ObservationAssembler:
         return self._t_ref is not None and self._t_ref - stamp <= self.cfg.camera_max_age_s
 
     def _fresh_locked(self) -> dict[str, float]:
-        return {s: c.rgb_stamp for s, c in self._cams.items()
-                if c.rgb is not None and self._live(c.rgb_stamp)}
+        return {s: c.rgb_stamp for s, c in self._cams.items() if c.rgb is not None and self._live(c.rgb_stamp)}
 
-    def _waiting_locked(self, fresh: dict[str, float]
-                        ) -> tuple[str | None, tuple[float, np.ndarray] | None]:
+    def _waiting_locked(self, fresh: dict[str, float]) -> tuple[str | None, tuple[float, np.ndarray] | None]:
         if not self._cams:
-            return 'waiting for camera images: no camera configured', None
+            return "waiting for camera images: no camera configured", None
         if not fresh:
             if all(c.received == 0 for c in self._cams.values()):
-                names = ', '.join(self._label(s) for s in self._cams)
-                return f'waiting for camera images on {names}', None
+                names = ", ".join(self._label(s) for s in self._cams)
+                return f"waiting for camera images on {names}", None
             ahead = self._states_ahead_locked()
             if ahead is not None:
-                return (f'waiting for camera images: the joint states are stamped {ahead:.1f} s ahead of the '
-                        'newest camera image, so every camera counts as stale (do the publishers stamp '
-                        'with the same clock?)'), None
-            return 'waiting for camera images: every camera is stale or undecodable', None
+                return (
+                    f"waiting for camera images: the joint states are stamped {ahead:.1f} s ahead of the "
+                    "newest camera image, so every camera counts as stale (do the publishers stamp "
+                    "with the same clock?)"
+                ), None
+            return "waiting for camera images: every camera is stale or undecodable", None
         if not self._states:
-            return 'waiting for joint states', None
+            return "waiting for joint states", None
         t_img = max(fresh.values())
         nearest = min(self._states, key=lambda sv: abs(sv[0] - t_img))
         if abs(nearest[0] - t_img) > self.cfg.state_tolerance_s:
-            return (f'waiting for a joint state within {self.cfg.state_tolerance_s:g} s of the newest '
-                    f'image (nearest is {abs(nearest[0] - t_img):.3f} s away)'), None
+            return (
+                f"waiting for a joint state within {self.cfg.state_tolerance_s:g} s of the newest "
+                f"image (nearest is {abs(nearest[0] - t_img):.3f} s away)"
+            ), None
         return None, nearest
 
     def status(self) -> tuple[str | None, list[str]]:
@@ -342,8 +345,7 @@ class ObservationAssembler:
             for slot in fresh:
                 images[slot] = self._cams[slot].rgb
             stamp = max(max(fresh.values()), nearest[0])
-            obs = Observation(images=images, state=nearest[1].copy(), instruction=self._instruction,
-                              stamp=stamp)
+            obs = Observation(images=images, state=nearest[1].copy(), instruction=self._instruction, stamp=stamp)
         return Assembly(observation=obs, stale=notes, errors=errors)
 
     def received_images(self) -> int:
@@ -353,11 +355,15 @@ class ObservationAssembler:
 
     def counts(self) -> dict[str, int]:
         """Counters: out-of-order drops, time jumps, image decode errors, images per camera, and
-        ``state_offset_us``: absolute difference of the newest image's and the matched joint state's stamps in the last observation
+        ``state_offset_us``: absolute difference of the newest image's and the matched joint state's stamps in the
+        last observation
         (µs; -1 before the first)."""
         with self._lock:
-            out = {'dropped_out_of_order': self.dropped_out_of_order, 'time_jumps': self.time_jumps,
-                   'image_decode_errors': self.decode_errors, 'state_offset_us': self.state_offset_us}
-            out.update({f'images_{s}': c.received for s, c in self._cams.items()})
+            out = {
+                "dropped_out_of_order": self.dropped_out_of_order,
+                "time_jumps": self.time_jumps,
+                "image_decode_errors": self.decode_errors,
+                "state_offset_us": self.state_offset_us,
+            }
+            out.update({f"images_{s}": c.received for s, c in self._cams.items()})
             return out
-

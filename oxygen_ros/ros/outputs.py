@@ -20,18 +20,23 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.convert import (chunk_to_joint_trajectory, command_messages, primary_values, rgb_to_image_msg,
-                                    sec_to_stamp)
 from oxygen_ros.core.action_space import RobotCommand
 from oxygen_ros.core.processing import resize_with_pad
 from oxygen_ros.core.types import ActionChunk
+from oxygen_ros.ros.convert import (
+    chunk_to_joint_trajectory,
+    command_messages,
+    primary_values,
+    rgb_to_image_msg,
+    sec_to_stamp,
+)
 from oxygen_ros.ros.diagnostics import ERROR, WARN
 from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
+from oxygen_ros.ros.streams.commands import CommandStream
 from oxygen_ros.ros.streams.text import Emit
 
-__all__ = ['Outputs']
+__all__ = ["Outputs"]
 
 
 class Outputs:
@@ -49,22 +54,32 @@ class Outputs:
             or ``None``; destroyed with the outputs.
     """
 
-    def __init__(self, node: LifecycleNode, cfg: NodeConfig, slots: tuple[str, ...],
-                 image_size: int, report: Callable[[str, str, int], None],
-                 stamp_of: Callable[[float], Any] = sec_to_stamp, shadow: Any = None) -> None:
+    def __init__(
+        self,
+        node: LifecycleNode,
+        cfg: NodeConfig,
+        slots: tuple[str, ...],
+        image_size: int,
+        report: Callable[[str, str, int], None],
+        stamp_of: Callable[[float], Any] = sec_to_stamp,
+        shadow: Any = None,
+    ) -> None:
         self._node, self._cfg, self._report, self._size = node, cfg, report, image_size
         self._pubs = []
         space = cfg.action_space
         # Shadow mode commands nothing: the chunk goes to shadow.topic, and no command publisher
         # (position_action_topic, command stream, controller groups) is created at all.
         self.commanding = not cfg.shadow.enabled
-        self.action = self._pub(Float64MultiArray if space.kind == 'ee_delta' else JointTrajectory,
-                                cfg.action_topic if self.commanding else cfg.shadow.topic, cfg.action_qos)
+        self.action = self._pub(
+            Float64MultiArray if space.kind == "ee_delta" else JointTrajectory,
+            cfg.action_topic if self.commanding else cfg.shadow.topic,
+            cfg.action_qos,
+        )
         self.shadow = shadow  # ros/shadow.py ShadowMonitor (shadow.operator_topic) or None
         self.position_action = None
-        if self.commanding and space.kind == 'velocity' and space.absolute_joints:
+        if self.commanding and space.kind == "velocity" and space.absolute_joints:
             self.position_action = self._pub(JointTrajectory, cfg.position_action_topic, cfg.action_qos)
-        self._command_field = 'velocity' if space.kind == 'velocity' else 'position'
+        self._command_field = "velocity" if space.kind == "velocity" else "position"
         self._command_names: tuple[str, ...] = ()
         self.deltas, self.texts = {}, {}
         self._text_pubs = []  # plain publishers (see the module doc)
@@ -76,12 +91,12 @@ class Outputs:
         self.stamp_of = stamp_of
         self.command = None
         if self.commanding and cfg.action_rate_hz > 0 and not cfg.controllers:
-            cmd_type = JointState if cfg.command_type == 'joint_state' else Float64MultiArray
+            cmd_type = JointState if cfg.command_type == "joint_state" else Float64MultiArray
             self.command = self._pub(cmd_type, cfg.command_topic, cfg.command_qos)
         # ros2_control controller groups (params/controllers.py): (group, publisher)
         self.trajectory_groups, self.forward_groups = [], []
         for g in cfg.controllers if self.commanding else ():
-            if g.type == 'joint_trajectory':
+            if g.type == "joint_trajectory":
                 self.trajectory_groups.append((g, self._pub(JointTrajectory, g.topic, cfg.action_qos)))
             else:
                 self.forward_groups.append((g, self._pub(Float64MultiArray, g.topic, cfg.command_qos)))
@@ -89,7 +104,8 @@ class Outputs:
         if cfg.debug_model_input:
             for slot in slots:
                 self.model_input[slot] = node.create_lifecycle_publisher(
-                    Image, f'~/model_input/{slot}', sensor_data_qos())
+                    Image, f"~/model_input/{slot}", sensor_data_qos()
+                )
                 self._pubs.append(self.model_input[slot])
         self.chunks = 0
         self.commands = 0
@@ -107,7 +123,7 @@ class Outputs:
     def subscribers(self) -> dict[str, int]:
         """``subscribers <topic>`` -> subscriptions matched by that output's publisher (writer
         side: what a reliable message published now reaches), for ``/diagnostics``."""
-        return {f'subscribers {p.topic_name}': p.get_subscription_count() for p in self._pubs + self._text_pubs}
+        return {f"subscribers {p.topic_name}": p.get_subscription_count() for p in self._pubs + self._text_pubs}
 
     def destroy(self) -> None:
         """Destroy every publisher (and the shadow comparison's subscription)."""
@@ -128,19 +144,29 @@ class Outputs:
         ``position_action_topic``), end-effector commands as Float64MultiArray; and hand the
         ``action_topic`` values to the command stream. Returns False (and reports) when refused."""
         try:
-            main, positions = command_messages(cmd, self.stamp_of(chunk.stamp), self._cfg.control_period_s,
-                                               self._cfg.frame_id)
+            main, positions = command_messages(
+                cmd, self.stamp_of(chunk.stamp), self._cfg.control_period_s, self._cfg.frame_id
+            )
         except ValueError as exc:
-            self._report('action_refused', f'action chunk of frame {chunk.frame_id} not '
-                         f'published: {exc}', ERROR)
+            self._report("action_refused", f"action chunk of frame {chunk.frame_id} not published: {exc}", ERROR)
             return False
         group_msgs = []
         if self.trajectory_groups:
             # Checked (shape, finite) by command_messages above; one stamp for every group.
             stamp, column = main.header.stamp, {j: i for i, j in enumerate(cmd.position_joints)}
-            group_msgs = [(pub, chunk_to_joint_trajectory(cmd.positions[:, [column[j] for j in g.joints]], g.joints,
-                                                          stamp, self._cfg.control_period_s, self._cfg.frame_id))
-                          for g, pub in self.trajectory_groups]
+            group_msgs = [
+                (
+                    pub,
+                    chunk_to_joint_trajectory(
+                        cmd.positions[:, [column[j] for j in g.joints]],
+                        g.joints,
+                        stamp,
+                        self._cfg.control_period_s,
+                        self._cfg.frame_id,
+                    ),
+                )
+                for g, pub in self.trajectory_groups
+            ]
         self.action.publish(main)
         if positions is not None and self.position_action is not None:
             self.position_action.publish(positions)
@@ -160,9 +186,9 @@ class Outputs:
     def publish_text(self, task: str, emits: list[Emit]) -> None:
         """Publish a task's deltas / finished texts in order (empty deltas are skipped)."""
         for e in emits:
-            if e.kind == 'delta' and not e.text:
+            if e.kind == "delta" and not e.text:
                 continue
-            pub = self.deltas[task] if e.kind == 'delta' else self.texts[task]
+            pub = self.deltas[task] if e.kind == "delta" else self.texts[task]
             pub.publish(String(data=e.text))
 
     def publish_model_input(self, images: dict[str, np.ndarray | None], stamp: float) -> None:
@@ -173,7 +199,7 @@ class Outputs:
                 continue
             x = resize_with_pad(img, self._size, name=slot)  # [-1, 1]
             rgb = np.clip(np.rint((x + 1.0) * 127.5), 0, 255).astype(np.uint8)
-            pub.publish(rgb_to_image_msg(rgb, 'rgb8', stamp=stamp, frame_id=slot))
+            pub.publish(rgb_to_image_msg(rgb, "rgb8", stamp=stamp, frame_id=slot))
 
     # ------------------------------------------------------------------ command timer
     def publish_command(self, now: float) -> bool:
@@ -184,9 +210,12 @@ class Outputs:
             return False
         sample = self.command_stream.sample(now)
         if sample.positions is None:
-            if sample.reason == 'chunk expired':
-                self._report('command_expired', 'per-step commands paused: the newest chunk has '
-                             'expired (no new chunk in time)', WARN)
+            if sample.reason == "chunk expired":
+                self._report(
+                    "command_expired",
+                    "per-step commands paused: the newest chunk has expired (no new chunk in time)",
+                    WARN,
+                )
             return False
         if self.forward_groups:
             column = {j: i for i, j in enumerate(self._command_names)}
@@ -195,7 +224,7 @@ class Outputs:
             self.commands += 1
             return True
         header_stamp = sec_to_stamp(now)
-        if self._cfg.command_type == 'joint_state':
+        if self._cfg.command_type == "joint_state":
             msg = JointState(name=list(self._command_names))
             setattr(msg, self._command_field, sample.positions.tolist())  # velocities never as positions
             msg.header.stamp, msg.header.frame_id = header_stamp, self._cfg.frame_id

@@ -28,13 +28,13 @@ from rclpy.qos import (
 )
 
 __all__ = [
-    'QOS_NAMES',
-    'reliable_keep_all_qos',
-    'reliable_qos',
-    'qos_from_name',
-    'sensor_data_qos',
-    'system_default_qos',
-    'text_qos',
+    "QOS_NAMES",
+    "reliable_keep_all_qos",
+    "reliable_qos",
+    "qos_from_name",
+    "sensor_data_qos",
+    "system_default_qos",
+    "text_qos",
 ]
 
 SENSOR_DATA_DEPTH = 2
@@ -44,7 +44,7 @@ TEXT_DEPTH = 100
 
 def _keep_last(reliability: ReliabilityPolicy, depth: int) -> QoSProfile:
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f'QoS depth must be an integer >= 1, got {depth!r}')
+        raise ValueError(f"QoS depth must be an integer >= 1, got {depth!r}")
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST,
         depth=depth,
@@ -70,8 +70,12 @@ def text_qos(depth: int = TEXT_DEPTH) -> QoSProfile:
 
 def reliable_keep_all_qos() -> QoSProfile:
     """Reliable, keep all, volatile: asks (see the module doc)."""
-    return QoSProfile(history=HistoryPolicy.KEEP_ALL, depth=0, reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.VOLATILE)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_ALL,
+        depth=0,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
+    )
 
 
 def system_default_qos() -> QoSProfile:
@@ -86,11 +90,11 @@ def system_default_qos() -> QoSProfile:
 
 
 _BY_NAME = {
-    'sensor_data': sensor_data_qos,
-    'reliable': reliable_qos,
-    'text': text_qos,
-    'reliable_keep_all': reliable_keep_all_qos,
-    'system_default': system_default_qos,
+    "sensor_data": sensor_data_qos,
+    "reliable": reliable_qos,
+    "text": text_qos,
+    "reliable_keep_all": reliable_keep_all_qos,
+    "system_default": system_default_qos,
 }
 QOS_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 
@@ -108,9 +112,9 @@ def qos_from_name(name: str, depth: int | None = None) -> QoSProfile:
     """
     key = str(name).strip().lower()
     if key not in _BY_NAME:
-        raise ValueError(f'unknown QoS profile name {name!r}; valid names: {", ".join(QOS_NAMES)}')
+        raise ValueError(f"unknown QoS profile name {name!r}; valid names: {', '.join(QOS_NAMES)}")
     if depth is None:
         return _BY_NAME[key]()
-    if key in ('system_default', 'reliable_keep_all'):
+    if key in ("system_default", "reliable_keep_all"):
         raise ValueError(f"a QoS depth cannot be combined with {key!r}")
     return _BY_NAME[key](depth)

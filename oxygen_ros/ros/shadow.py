@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['OPERATOR_TYPES', 'ShadowComparison', 'ShadowConfig', 'ShadowMonitor']
+__all__ = ["OPERATOR_TYPES", "ShadowComparison", "ShadowConfig", "ShadowMonitor"]
 
-OPERATOR_TYPES = ('joint_state', 'joint_trajectory')
+OPERATOR_TYPES = ("joint_state", "joint_trajectory")
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class ShadowConfig:
     """
 
     enabled: bool = False
-    topic: str = 'shadow/action_chunk'
-    operator_topic: str = ''
-    operator_type: str = 'joint_state'
+    topic: str = "shadow/action_chunk"
+    operator_topic: str = ""
+    operator_type: str = "joint_state"
     window_s: float = 10.0
 
 
@@ -128,21 +128,27 @@ class ShadowComparison:
             return self._summary()
 
     def _summary(self) -> dict[str, object]:
-        out: dict[str, object] = {'shadow_compared': self.compared, 'shadow_operator_dropped': self.dropped,
-                                  'shadow_not_covered': self.uncovered,
-                                  'shadow_operator_joints_unknown': ','.join(sorted(self.unknown_joints)) or 'none'}
+        out: dict[str, object] = {
+            "shadow_compared": self.compared,
+            "shadow_operator_dropped": self.dropped,
+            "shadow_not_covered": self.uncovered,
+            "shadow_operator_joints_unknown": ",".join(sorted(self.unknown_joints)) or "none",
+        }
         if not self._errors:
-            out.update(shadow_error_mean=-1, shadow_error_max=-1, shadow_error_worst_joint='none')
+            out.update(shadow_error_mean=-1, shadow_error_max=-1, shadow_error_worst_joint="none")
             return out
         errs = np.stack([e for _, e in self._errors])  # [N, n]
         seen = ~np.isnan(errs).all(0)
         means, maxes = np.full(len(self.joints), np.nan), np.full(len(self.joints), np.nan)
         means[seen], maxes[seen] = np.nanmean(errs[:, seen], 0), np.nanmax(errs[:, seen], 0)
         worst = int(np.nanargmax(means))
-        out.update(shadow_error_mean=round(float(np.nanmean(errs)), 6), shadow_error_max=round(float(np.nanmax(errs)), 6),
-                   shadow_error_worst_joint=self.joints[worst])
-        out.update({f'shadow_error_mean {j}': round(float(means[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
-        out.update({f'shadow_error_max {j}': round(float(maxes[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
+        out.update(
+            shadow_error_mean=round(float(np.nanmean(errs)), 6),
+            shadow_error_max=round(float(np.nanmax(errs)), 6),
+            shadow_error_worst_joint=self.joints[worst],
+        )
+        out.update({f"shadow_error_mean {j}": round(float(means[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
+        out.update({f"shadow_error_max {j}": round(float(maxes[i]), 6) for i, j in enumerate(self.joints) if seen[i]})
         return out
 
 
@@ -163,7 +169,7 @@ class ShadowMonitor:
 
         self._node = node
         self.comparison = ShadowComparison(joints, control_period_s, shadow.window_s)
-        msg_type = JointState if shadow.operator_type == 'joint_state' else JointTrajectory
+        msg_type = JointState if shadow.operator_type == "joint_state" else JointTrajectory
         self._sub = node.create_subscription(msg_type, shadow.operator_topic, self._on_command, qos)
         self._clock = node.get_clock()
 
@@ -172,7 +178,7 @@ class ShadowMonitor:
         return t if t > 0 else self._clock.now().nanoseconds * 1e-9  # unstamped: received now
 
     def _on_command(self, msg) -> None:
-        if hasattr(msg, 'points'):  # JointTrajectory: its first point
+        if hasattr(msg, "points"):  # JointTrajectory: its first point
             if not msg.points:
                 self.comparison.add_command(list(msg.joint_names), [math.nan], math.nan)  # counted as dropped
                 return

@@ -18,7 +18,7 @@ from oxygen_ros.ros.diagnostics import WARN, log_at
 from oxygen_ros.sim.executor import ChunkExecutor, Verdict
 from oxygen_ros.sim.scene import JOINT_NAMES
 
-__all__ = ['CommandInputs']
+__all__ = ["CommandInputs"]
 
 
 class CommandInputs:
@@ -36,26 +36,29 @@ class CommandInputs:
         if kind in self._warned:
             return
         self._warned.add(kind)
-        log_at(self.logger, level, f'{kind}: {message} (further ones are only counted)')
+        log_at(self.logger, level, f"{kind}: {message} (further ones are only counted)")
 
     def _verdict(self, verdict: Verdict, what: str, stamp: float) -> None:
         if verdict is Verdict.ACCEPTED or verdict is Verdict.WRONG_SOURCE:
             return
         if verdict.rejected:
-            self.warn_once(verdict.value, f'{what} stamped {stamp:.3f} rejected '
-                            f'({verdict.value}); expected the {len(JOINT_NAMES)} joints '
-                            f'{list(JOINT_NAMES)} with finite positions and increasing times')
+            self.warn_once(
+                verdict.value,
+                f"{what} stamped {stamp:.3f} rejected "
+                f"({verdict.value}); expected the {len(JOINT_NAMES)} joints "
+                f"{list(JOINT_NAMES)} with finite positions and increasing times",
+            )
         elif verdict is Verdict.STALE:
-            self.warn_once('stale', f'{what} stamped {stamp:.3f} is older than the last reset; '
-                            'dropped', 'info')
+            self.warn_once("stale", f"{what} stamped {stamp:.3f} is older than the last reset; dropped", "info")
         else:
-            self.warn_once(verdict.value, f'{what} stamped {stamp:.3f} dropped '
-                            f'({verdict.value}) at sim time {self.now():.3f}')
+            self.warn_once(
+                verdict.value, f"{what} stamped {stamp:.3f} dropped ({verdict.value}) at sim time {self.now():.3f}"
+            )
 
     def _stamp(self, msg: Any, now: float) -> float:
         stamp = stamp_to_sec(msg.header.stamp)
         if stamp == 0.0:
-            self.warn_once('zero_stamp', 'input without header stamp: using the receive time')
+            self.warn_once("zero_stamp", "input without header stamp: using the receive time")
             return now
         return stamp
 
@@ -68,15 +71,15 @@ class CommandInputs:
         except Exception:  # never crash on input
             tfs, rows = [], []
         verdict = self.executor.offer_trajectory(msg.joint_names, stamp, tfs, rows, now)
-        self._verdict(verdict, 'action chunk', stamp)
+        self._verdict(verdict, "action chunk", stamp)
 
     def on_command(self, msg: JointState) -> None:
         now = self.now()
         stamp = self._stamp(msg, now)
         verdict = self.executor.offer_command(msg.name, stamp, msg.position, now)
-        self._verdict(verdict, 'joint command', stamp)
+        self._verdict(verdict, "joint command", stamp)
 
     def on_command_array(self, msg: Float64MultiArray) -> None:
         now = self.now()
         verdict = self.executor.offer_command(None, now, msg.data, now)
-        self._verdict(verdict, 'joint command', now)
+        self._verdict(verdict, "joint command", now)

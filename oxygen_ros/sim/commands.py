@@ -9,24 +9,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['SOURCES', 'Command', 'ExecState', 'Verdict', 'check_chunk', 'check_command', 'check_settings',
-           'percentile']
+__all__ = ["SOURCES", "Command", "ExecState", "Verdict", "check_chunk", "check_command", "check_settings", "percentile"]
 
-SOURCES = ('trajectory', 'stream')
+SOURCES = ("trajectory", "stream")
 
 
 class Verdict(str, enum.Enum):
     """What :class:`ChunkExecutor` did with an offered chunk or command."""
 
-    ACCEPTED = 'accepted'
-    BAD_NAMES = 'bad_names'  # rejected: joint names missing / duplicated / unknown
-    BAD_SHAPE = 'bad_shape'  # rejected: no points, or a point's size does not match the names
-    NON_FINITE = 'non_finite'  # rejected: NaN/inf position or time
-    BAD_TIMES = 'bad_times'  # rejected: time_from_start negative or not strictly increasing
-    OUT_OF_ORDER = 'out_of_order'  # dropped: older than the newest accepted one
-    STALE = 'stale'  # dropped: stamped at or before the last reset
-    EXPIRED = 'expired'  # dropped: every point already in the past on arrival
-    WRONG_SOURCE = 'wrong_source'  # dropped: this source is not the selected one
+    ACCEPTED = "accepted"
+    BAD_NAMES = "bad_names"  # rejected: joint names missing / duplicated / unknown
+    BAD_SHAPE = "bad_shape"  # rejected: no points, or a point's size does not match the names
+    NON_FINITE = "non_finite"  # rejected: NaN/inf position or time
+    BAD_TIMES = "bad_times"  # rejected: time_from_start negative or not strictly increasing
+    OUT_OF_ORDER = "out_of_order"  # dropped: older than the newest accepted one
+    STALE = "stale"  # dropped: stamped at or before the last reset
+    EXPIRED = "expired"  # dropped: every point already in the past on arrival
+    WRONG_SOURCE = "wrong_source"  # dropped: this source is not the selected one
 
     @property
     def rejected(self) -> bool:
@@ -37,10 +36,10 @@ class Verdict(str, enum.Enum):
 class ExecState(str, enum.Enum):
     """What the executor is doing at the current step."""
 
-    WAITING = 'waiting'  # no chunk since start / reset: holding the initial pose
-    EXECUTING = 'executing'  # a chunk (or fresh stream command) covers the step
-    HOLDING = 'holding'  # short gap: last command held, not (yet) a loss
-    LOST = 'lost'  # gap of at least loss_timeout_s: holding, loss reported
+    WAITING = "waiting"  # no chunk since start / reset: holding the initial pose
+    EXECUTING = "executing"  # a chunk (or fresh stream command) covers the step
+    HOLDING = "holding"  # short gap: last command held, not (yet) a loss
+    LOST = "lost"  # gap of at least loss_timeout_s: holding, loss reported
 
 
 @dataclass
@@ -63,7 +62,7 @@ class Command:
     chunk_age: float | None = None
     index: int = -1
     limited: bool = False
-    event: str = ''
+    event: str = ""
     held_s: float = 0.0
 
 
@@ -74,26 +73,33 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
-def check_settings(names: tuple[str, ...], step_s: float, loss_timeout_s: float, max_speed: float,
-                   source: str, stream_timeout_s: float, max_pending: int) -> None:
+def check_settings(
+    names: tuple[str, ...],
+    step_s: float,
+    loss_timeout_s: float,
+    max_speed: float,
+    source: str,
+    stream_timeout_s: float,
+    max_pending: int,
+) -> None:
     """Validate the executor's settings (see ``ChunkExecutor``); raises ``ValueError`` naming one."""
-    if not names or len(set(names)) != len(names) or '' in names:
-        raise ValueError(f'joint_names must be non-empty and unique, got {names!r}')
-    for label, value in (('step_s', step_s), ('stream_timeout_s', stream_timeout_s)):
+    if not names or len(set(names)) != len(names) or "" in names:
+        raise ValueError(f"joint_names must be non-empty and unique, got {names!r}")
+    for label, value in (("step_s", step_s), ("stream_timeout_s", stream_timeout_s)):
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f'{label} must be finite and > 0, got {value}')
-    for label, value in (('loss_timeout_s', loss_timeout_s), ('max_speed', max_speed)):
+            raise ValueError(f"{label} must be finite and > 0, got {value}")
+    for label, value in (("loss_timeout_s", loss_timeout_s), ("max_speed", max_speed)):
         if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f'{label} must be finite and >= 0, got {value}')
+            raise ValueError(f"{label} must be finite and >= 0, got {value}")
     if source not in SOURCES:
-        raise ValueError(f'source must be one of {SOURCES}, got {source!r}')
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if max_pending < 1:
-        raise ValueError(f'max_pending must be >= 1, got {max_pending}')
+        raise ValueError(f"max_pending must be >= 1, got {max_pending}")
 
 
-def check_chunk(order: np.ndarray, stamp: float, time_from_start: Sequence[float],
-                positions: Sequence[Sequence[float]]
-                ) -> tuple[Verdict | None, np.ndarray | None, np.ndarray | None, float]:
+def check_chunk(
+    order: np.ndarray, stamp: float, time_from_start: Sequence[float], positions: Sequence[Sequence[float]]
+) -> tuple[Verdict | None, np.ndarray | None, np.ndarray | None, float]:
     """Shape, finiteness and time checks of an offered chunk (never raises).
 
     Args:
@@ -121,8 +127,9 @@ def check_chunk(order: np.ndarray, stamp: float, time_from_start: Sequence[float
     return None, pos, tfs, stamp
 
 
-def check_command(order: np.ndarray, stamp: float, positions: Sequence[float]
-                  ) -> tuple[Verdict | None, np.ndarray | None, float]:
+def check_command(
+    order: np.ndarray, stamp: float, positions: Sequence[float]
+) -> tuple[Verdict | None, np.ndarray | None, float]:
     """Shape and finiteness checks of one per-step command (never raises).
 
     Returns:

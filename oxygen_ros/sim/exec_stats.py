@@ -20,7 +20,7 @@ from typing import Any
 from oxygen_ros.ros.streams.switches import SwitchStats, switch_jump
 from oxygen_ros.sim.commands import percentile
 
-__all__ = ['ExecStats']
+__all__ = ["ExecStats"]
 
 
 @dataclass
@@ -41,7 +41,7 @@ class ExecStats:
             return
         jump = switch_jump(prev.due, prev.positions, chunk.due, chunk.positions, now, tolerance)
         self.switches.add(jump)
-        self.counts['switches' if jump is not None else 'switches_after_hold'] += 1
+        self.counts["switches" if jump is not None else "switches_after_hold"] += 1
 
     def forget(self) -> None:
         """Start / reset: the next chunk executed is a first chunk, not a switch."""
@@ -52,7 +52,7 @@ class ExecStats:
         ``jumps``: the list of the last measured discontinuities as ``switch_jumps``."""
         out = self.switches.summary()
         if jumps:
-            out['switch_jumps'] = list(self.switches.jumps)
+            out["switch_jumps"] = list(self.switches.jumps)
         return out
 
     def age_stats(self) -> dict[str, float]:
@@ -60,9 +60,9 @@ class ExecStats:
         none yet)."""
         ages, lat = list(self.ages), list(self.latencies)
         return {
-            'chunk_age_p50_ms': percentile(ages, 50) * 1e3,
-            'chunk_age_p95_ms': percentile(ages, 95) * 1e3,
-            'chunk_age_max_ms': (max(ages) * 1e3) if ages else math.nan,
-            'arrival_latency_p50_ms': percentile(lat, 50) * 1e3,
-            'arrival_latency_max_ms': (max(lat) * 1e3) if lat else math.nan,
+            "chunk_age_p50_ms": percentile(ages, 50) * 1e3,
+            "chunk_age_p95_ms": percentile(ages, 95) * 1e3,
+            "chunk_age_max_ms": (max(ages) * 1e3) if ages else math.nan,
+            "arrival_latency_p50_ms": percentile(lat, 50) * 1e3,
+            "arrival_latency_max_ms": (max(lat) * 1e3) if lat else math.nan,
         }

@@ -47,11 +47,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oxygen_ros.sim.commands import (SOURCES, Command, ExecState, Verdict, check_chunk, check_command,
-                                     check_settings, percentile)
+from oxygen_ros.sim.commands import (
+    SOURCES,
+    Command,
+    ExecState,
+    Verdict,
+    check_chunk,
+    check_command,
+    check_settings,
+    percentile,
+)
 from oxygen_ros.sim.exec_stats import ExecStats
 
-__all__ = ['SOURCES', 'ChunkExecutor', 'Command', 'ExecState', 'Verdict', 'percentile']
+__all__ = ["SOURCES", "ChunkExecutor", "Command", "ExecState", "Verdict", "percentile"]
 
 
 @dataclass
@@ -81,13 +89,19 @@ class ChunkExecutor:
             setting.
     """
 
-    def __init__(self, joint_names: Sequence[str], step_s: float, initial: Sequence[float],
-                 loss_timeout_s: float = 0.25, max_speed: float = 0.0,
-                 source: str = 'trajectory', stream_timeout_s: float = 0.1,
-                 max_pending: int = 8) -> None:
+    def __init__(
+        self,
+        joint_names: Sequence[str],
+        step_s: float,
+        initial: Sequence[float],
+        loss_timeout_s: float = 0.25,
+        max_speed: float = 0.0,
+        source: str = "trajectory",
+        stream_timeout_s: float = 0.1,
+        max_pending: int = 8,
+    ) -> None:
         names = tuple(joint_names)
-        check_settings(names, step_s, loss_timeout_s, max_speed, source, stream_timeout_s,
-                       max_pending)
+        check_settings(names, step_s, loss_timeout_s, max_speed, source, stream_timeout_s, max_pending)
         self.joint_names = names
         self.step_s = float(step_s)
         self.loss_timeout_s = float(loss_timeout_s)
@@ -104,8 +118,7 @@ class ChunkExecutor:
     def _check_pose(self, positions: Sequence[float]) -> np.ndarray:
         arr = np.array(positions, dtype=np.float64).reshape(-1)
         if arr.shape != (len(self.joint_names),) or not np.isfinite(arr).all():
-            raise ValueError(f'a pose must be {len(self.joint_names)} finite values, '
-                             f'got {positions!r}')
+            raise ValueError(f"a pose must be {len(self.joint_names)} finite values, got {positions!r}")
         return arr
 
     def _reset_locked(self, pose: np.ndarray, now: float) -> None:
@@ -142,9 +155,14 @@ class ChunkExecutor:
         return verdict
 
     # ------------------------------------------------------------------ input
-    def offer_trajectory(self, names: Sequence[str], stamp: float,
-                         time_from_start: Sequence[float], positions: Sequence[Sequence[float]],
-                         now: float) -> Verdict:
+    def offer_trajectory(
+        self,
+        names: Sequence[str],
+        stamp: float,
+        time_from_start: Sequence[float],
+        positions: Sequence[Sequence[float]],
+        now: float,
+    ) -> Verdict:
         """Offer a chunk received at ``now`` (seconds, simulation clock).
 
         Args:
@@ -158,8 +176,8 @@ class ChunkExecutor:
             The verdict (also counted); only ``ACCEPTED`` chunks are ever executed. Never raises.
         """
         with self._lock:
-            self._stats.counts['chunks_received'] += 1
-            if self.source != 'trajectory':
+            self._stats.counts["chunks_received"] += 1
+            if self.source != "trajectory":
                 return self._count(Verdict.WRONG_SOURCE)
             order = self._order(names)
             if order is None:
@@ -172,7 +190,7 @@ class ChunkExecutor:
             if due[-1] < now - 0.5 * self.step_s:
                 return self._count(Verdict.EXPIRED)
             if stamp == self._newest:  # recomputed from the same observation time: replaces it
-                self._stats.counts['same_stamp'] += 1
+                self._stats.counts["same_stamp"] += 1
                 self._chunks = [c for c in self._chunks if c.stamp != stamp]
             self._newest = stamp
             self._chunks.append(_Chunk(stamp, due, pos))
@@ -181,8 +199,9 @@ class ChunkExecutor:
             self._stats.latencies.append(now - stamp)
             return self._count(Verdict.ACCEPTED)
 
-    def offer_command(self, names: Sequence[str] | None, stamp: float, positions: Sequence[float],
-                      now: float) -> Verdict:
+    def offer_command(
+        self, names: Sequence[str] | None, stamp: float, positions: Sequence[float], now: float
+    ) -> Verdict:
         """Offer one per-step command received at ``now``.
 
         Args:
@@ -196,8 +215,8 @@ class ChunkExecutor:
             The verdict (also counted). Never raises.
         """
         with self._lock:
-            self._stats.counts['commands_received'] += 1
-            if self.source != 'stream':
+            self._stats.counts["commands_received"] += 1
+            if self.source != "stream":
                 return self._count(Verdict.WRONG_SOURCE)
             order = np.arange(len(self.joint_names)) if names is None else self._order(names)
             if order is None:
@@ -222,14 +241,14 @@ class ChunkExecutor:
         """
         pose = self._check_pose(positions)
         with self._lock:
-            self._stats.counts['resets'] += 1
+            self._stats.counts["resets"] += 1
             self._reset_locked(pose, float(now))
 
     # ------------------------------------------------------------------ stepping
     def _target(self, now: float) -> tuple[np.ndarray | None, float | None, int]:
         """(target, age, index) from the selected source, or (None, None, -1) if nothing covers."""
         half = 0.5 * self.step_s
-        if self.source == 'stream':
+        if self.source == "stream":
             if self._stream is not None and now - self._stream[0] <= self.stream_timeout_s:
                 return self._stream[1], now - self._stream[0], -1
             return None, None, -1
@@ -242,11 +261,11 @@ class ChunkExecutor:
             return None, None, -1
         del self._chunks[:live]  # replaced from the newer chunk's start on
         chunk = self._chunks[0]
-        index = int(np.searchsorted(chunk.due, now + half, side='right')) - 1
+        index = int(np.searchsorted(chunk.due, now + half, side="right")) - 1
         if not chunk.started:
             chunk.started = True
-            self._stats.counts['chunks_executed'] += 1
-            self._stats.counts['late_points'] += index
+            self._stats.counts["chunks_executed"] += 1
+            self._stats.counts["late_points"] += index
         if chunk.due[-1] < now - half:  # ran out: nothing covers this step
             return None, None, -1
         self._stats.use(chunk, now, half)  # a switch when the chunk differs from the last step's
@@ -262,9 +281,9 @@ class ChunkExecutor:
             now = max(float(now), self._now) if math.isfinite(now) else self._now
             self._now = now
             counts = self._stats.counts
-            counts['steps'] += 1
+            counts["steps"] += 1
             target, age, index = self._target(now)
-            event = ''
+            event = ""
             if target is None:
                 held = 0.0
                 if self._state is not ExecState.WAITING:
@@ -273,15 +292,15 @@ class ChunkExecutor:
                     held = now - self._hold_since
                     if self._state is not ExecState.LOST:
                         if held >= self.loss_timeout_s:
-                            self._state, event = ExecState.LOST, 'loss'
-                            counts['losses'] += 1
+                            self._state, event = ExecState.LOST, "loss"
+                            counts["losses"] += 1
                         else:
                             self._state = ExecState.HOLDING
-                counts['wait_steps' if self._state is ExecState.WAITING else 'hold_steps'] += 1
+                counts["wait_steps" if self._state is ExecState.WAITING else "hold_steps"] += 1
                 return Command(self._last.copy(), self._state, event=event, held_s=held)
             if self._state is ExecState.LOST:
-                event = 'resumed'
-                counts['resumes'] += 1
+                event = "resumed"
+                counts["resumes"] += 1
             self._state, self._hold_since = ExecState.EXECUTING, None
             limited = False
             cmd = np.array(target, dtype=np.float64)
@@ -290,9 +309,9 @@ class ChunkExecutor:
                 clipped = np.clip(cmd, self._last - bound, self._last + bound)
                 limited = bool(np.any(clipped != cmd))
                 cmd = clipped
-                counts['limited_steps'] += int(limited)
+                counts["limited_steps"] += int(limited)
             self._last = cmd
-            counts['executed_steps'] += 1
+            counts["executed_steps"] += 1
             self._stats.ages.append(age)
             return Command(cmd.copy(), self._state, age, index, limited, event)
 

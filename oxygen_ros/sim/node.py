@@ -61,6 +61,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.ros.params.files import check_node_arguments
 from oxygen_ros.ros.params.specs import ParamError, declare, read_values
 from oxygen_ros.ros.qos import qos_from_name, reliable_qos
 from oxygen_ros.sim.command_inputs import CommandInputs
@@ -71,14 +72,13 @@ from oxygen_ros.sim.runtime import Pacer, Rates, Renderer
 from oxygen_ros.sim.scene import JOINT_NAMES, SimScene
 from oxygen_ros.sim.status import executor_status, sim_summary
 from oxygen_ros.sim.task.success import LiftSuccess
-from oxygen_ros.ros.params.files import check_node_arguments
 
 try:  # std_srvs is optional: without it only the ~/reset topic exists
     from std_srvs.srv import Trigger
 except ImportError:  # pragma: no cover - depends on the installation
     Trigger = None
 
-__all__ = ['AlohaSimNode', 'Pacer', 'main', 'sim_specs', 'STATUS_NAME']
+__all__ = ["AlohaSimNode", "Pacer", "main", "sim_specs", "STATUS_NAME"]
 
 
 class AlohaSimNode(Node):
@@ -96,77 +96,104 @@ class AlohaSimNode(Node):
         specs = sim_specs()
         declare(self, specs)
         p = read_values(self, specs)
-        cams, topics = tuple(p['cameras']), tuple(p['camera_topics'])
+        cams, topics = tuple(p["cameras"]), tuple(p["camera_topics"])
         if len(cams) != len(topics):
-            raise ParamError([f'camera_topics has {len(topics)} entries but cameras has '
-                              f'{len(cams)}'])
+            raise ParamError([f"camera_topics has {len(topics)} entries but cameras has {len(cams)}"])
         self.p = p
-        self.step_s = 1.0 / p['control_rate_hz']
-        os.environ.setdefault('MUJOCO_GL', 'egl')
+        self.step_s = 1.0 / p["control_rate_hz"]
+        os.environ.setdefault("MUJOCO_GL", "egl")
         try:
-            self.scene = SimScene(cameras=cams, image_size=(p['image_height'], p['image_width']),
-                                  control_rate_hz=p['control_rate_hz'])
+            self.scene = SimScene(
+                cameras=cams, image_size=(p["image_height"], p["image_width"]), control_rate_hz=p["control_rate_hz"]
+            )
         except ValueError as exc:  # unknown camera, image size or rate: parameter problems
-            raise ParamError([f'cameras / image_width / image_height / control_rate_hz: {exc}']) \
-                from exc
-        self._seed = p['seed']
+            raise ParamError([f"cameras / image_width / image_height / control_rate_hz: {exc}"]) from exc
+        self._seed = p["seed"]
         q0 = self.scene.reset(self._seed)
-        self.clock_start = p['clock_start'] or time.time()
-        self.pacer = Pacer(self.step_s, p['real_time_factor'], p['max_lag_s'])
+        self.clock_start = p["clock_start"] or time.time()
+        self.pacer = Pacer(self.step_s, p["real_time_factor"], p["max_lag_s"])
         self.chunk_executor = ChunkExecutor(
-            JOINT_NAMES, self.step_s, q0, loss_timeout_s=p['loss_timeout_s'],
-            max_speed=p['max_joint_speed'], source=p['command_source'],
-            stream_timeout_s=p['command_timeout_s'])
-        every = p['camera_rate_hz'] * self.step_s
+            JOINT_NAMES,
+            self.step_s,
+            q0,
+            loss_timeout_s=p["loss_timeout_s"],
+            max_speed=p["max_joint_speed"],
+            source=p["command_source"],
+            stream_timeout_s=p["command_timeout_s"],
+        )
+        every = p["camera_rate_hz"] * self.step_s
         self.camera_every = max(1, math.floor(1.0 / every + 0.5)) if every > 0 and cams else 0
         self.rates = Rates()
-        self.episode = LiftSuccess(p['lift_height_m'], p['lift_hold_s'])
+        self.episode = LiftSuccess(p["lift_height_m"], p["lift_hold_s"])
         self.resets = 0
-        self.failure = ''
+        self.failure = ""
         self._stop = threading.Event()
         self._reset_request = threading.Event()
         self._reset_done = threading.Condition()
         self._reset_serial = 0
         self._sim_now = self.clock_start
         self._step_count = 0
-        self._thread = threading.Thread(target=self._run, name='aloha-sim', daemon=True)
+        self._thread = threading.Thread(target=self._run, name="aloha-sim", daemon=True)
 
         self.pub = SimPublishers(self, p, cams, topics)
 
         # inputs
         self.commands = CommandInputs(self.chunk_executor, self.get_logger(), lambda: self._sim_now)
         inputs = MutuallyExclusiveCallbackGroup()
-        if p['command_source'] == 'trajectory':
-            self.create_subscription(JointTrajectory, p['action_topic'], self.commands.on_trajectory,
-                                     qos_from_name(p['action_qos']), callback_group=inputs)
-        elif p['command_type'] == 'joint_state':
-            self.create_subscription(JointState, p['command_topic'], self.commands.on_command,
-                                     qos_from_name(p['command_qos']), callback_group=inputs)
+        if p["command_source"] == "trajectory":
+            self.create_subscription(
+                JointTrajectory,
+                p["action_topic"],
+                self.commands.on_trajectory,
+                qos_from_name(p["action_qos"]),
+                callback_group=inputs,
+            )
+        elif p["command_type"] == "joint_state":
+            self.create_subscription(
+                JointState,
+                p["command_topic"],
+                self.commands.on_command,
+                qos_from_name(p["command_qos"]),
+                callback_group=inputs,
+            )
         else:
-            self.create_subscription(Float64MultiArray, p['command_topic'], self.commands.on_command_array,
-                                     qos_from_name(p['command_qos']), callback_group=inputs)
-        self.create_subscription(Empty, '~/reset', lambda _msg: self._reset_request.set(),
-                                 reliable_qos(), callback_group=inputs)
+            self.create_subscription(
+                Float64MultiArray,
+                p["command_topic"],
+                self.commands.on_command_array,
+                qos_from_name(p["command_qos"]),
+                callback_group=inputs,
+            )
+        self.create_subscription(
+            Empty, "~/reset", lambda _msg: self._reset_request.set(), reliable_qos(), callback_group=inputs
+        )
         self.reset_service = None
         if Trigger is not None:
             self.reset_service = self.create_service(
-                Trigger, '~/reset', self._on_reset_service,
-                callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_timer(p['diagnostics_period_s'], self.publish_diagnostics,
-                          callback_group=MutuallyExclusiveCallbackGroup())
+                Trigger, "~/reset", self._on_reset_service, callback_group=MutuallyExclusiveCallbackGroup()
+            )
+        self.create_timer(
+            p["diagnostics_period_s"], self.publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
+        )
 
         self.renderer = None
         if self.camera_every:
-            self.renderer = Renderer(self.scene.physics.model.ptr, cams,
-                                      (p['image_height'], p['image_width']),
-                                      p['render_shadows'], self._publish_images, self._fail)
+            self.renderer = Renderer(
+                self.scene.physics.model.ptr,
+                cams,
+                (p["image_height"], p["image_width"]),
+                p["render_shadows"],
+                self._publish_images,
+                self._fail,
+            )
             self.renderer.start()
         self.get_logger().info(
-            f'ALOHA sim ready: {p["control_rate_hz"]:g} Hz control, real-time factor '
-            f'{p["real_time_factor"]:g}{" (+ /clock)" if self.pub.clock else ""}, cameras '
-            f'{list(cams)} every {self.camera_every} steps at {p["image_width"]}x'
-            f'{p["image_height"]} {p["image_format"]}, source {p["command_source"]}, reset '
-            f'{"service + topic" if self.reset_service else "topic"} ~/reset')
+            f"ALOHA sim ready: {p['control_rate_hz']:g} Hz control, real-time factor "
+            f"{p['real_time_factor']:g}{' (+ /clock)' if self.pub.clock else ''}, cameras "
+            f"{list(cams)} every {self.camera_every} steps at {p['image_width']}x"
+            f"{p['image_height']} {p['image_format']}, source {p['command_source']}, reset "
+            f"{'service + topic' if self.reset_service else 'topic'} ~/reset"
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -187,11 +214,11 @@ class AlohaSimNode(Node):
             summary = self.summary()
             self.scene.close()
             self.scene = None
-            line = 'final: ' + json.dumps(summary, sort_keys=True)
+            line = "final: " + json.dumps(summary, sort_keys=True)
             if self.context.ok():
                 self.get_logger().info(line)
             else:  # after rclpy shutdown (SIGINT) the logger's /rosout publisher is gone
-                print(f'[INFO] [{self.get_name()}]: {line}', file=sys.stderr, flush=True)
+                print(f"[INFO] [{self.get_name()}]: {line}", file=sys.stderr, flush=True)
 
     @property
     def sim_now(self) -> float:
@@ -210,11 +237,13 @@ class AlohaSimNode(Node):
         with self._reset_done:
             target = self._reset_serial + 1
             self._reset_request.set()
-            ok = self._reset_done.wait_for(
-                lambda: self._reset_serial >= target or self._stop.is_set(), timeout=10.0)
+            ok = self._reset_done.wait_for(lambda: self._reset_serial >= target or self._stop.is_set(), timeout=10.0)
         response.success = bool(ok and self._reset_serial >= target)
-        response.message = (f'reset #{self.resets}, cube seed {self._seed}' if response.success
-                            else 'reset did not happen (simulation stopped or stalled)')
+        response.message = (
+            f"reset #{self.resets}, cube seed {self._seed}"
+            if response.success
+            else "reset did not happen (simulation stopped or stalled)"
+        )
         return response
 
     # ------------------------------------------------------------------ simulation thread
@@ -230,16 +259,16 @@ class AlohaSimNode(Node):
                 self._step()
         except Exception as exc:
             if not self._stop.is_set() and self.context.ok():
-                self._fail(f'simulation stopped: {type(exc).__name__}: {exc}\n'
-                           f'{traceback.format_exc()}')
+                self._fail(f"simulation stopped: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
     def _step(self) -> None:
         now = self.clock_start + self.pacer.elapsed
         self._sim_now = now
         cmd = self.chunk_executor.step(now)
         q = self.scene.step(cmd.positions)
-        succeeded = self.episode.update(self.scene.time, self.scene.cube_position[2], q,
-                                        self.scene.reward, cmd.state == ExecState.EXECUTING)
+        succeeded = self.episode.update(
+            self.scene.time, self.scene.cube_position[2], q, self.scene.reward, cmd.state == ExecState.EXECUTING
+        )
         self.pacer.advance()
         after = self.clock_start + self.pacer.elapsed
         self._sim_now = after
@@ -249,27 +278,29 @@ class AlohaSimNode(Node):
         self._step_count += 1
         if self.camera_every and self._step_count % self.camera_every == 0:
             data = self.scene.physics.data.ptr
-            self.renderer.submit(after, data.qpos.copy(), data.mocap_pos.copy(),
-                                 data.mocap_quat.copy())
+            self.renderer.submit(after, data.qpos.copy(), data.mocap_pos.copy(), data.mocap_quat.copy())
         if cmd.event:
             self._on_event(cmd, now)
         if succeeded:
-            self.get_logger().info(f'task success: cube lifted {self.p["lift_height_m"]:g} m for '
-                                   f'{self.p["lift_hold_s"]:g} s, {self.episode.success_time:.2f} s '
-                                   f'into the episode (seed {self._seed})')
+            self.get_logger().info(
+                f"task success: cube lifted {self.p['lift_height_m']:g} m for "
+                f"{self.p['lift_hold_s']:g} s, {self.episode.success_time:.2f} s "
+                f"into the episode (seed {self._seed})"
+            )
             self.publish_diagnostics()
 
     def _on_event(self, cmd: Command, now: float) -> None:
-        if cmd.event == 'loss':
-            what = ('action chunk' if self.p['command_source'] == 'trajectory'
-                    else 'fresh per-step command')
+        if cmd.event == "loss":
+            what = "action chunk" if self.p["command_source"] == "trajectory" else "fresh per-step command"
             self.get_logger().warning(
-                f'command loss: no {what} covers sim time {now:.3f} (held '
-                f'{cmd.held_s * 1e3:.0f} ms); holding the last command '
-                f'{np.round(cmd.positions, 3).tolist()} until chunks arrive again')
+                f"command loss: no {what} covers sim time {now:.3f} (held "
+                f"{cmd.held_s * 1e3:.0f} ms); holding the last command "
+                f"{np.round(cmd.positions, 3).tolist()} until chunks arrive again"
+            )
         else:
-            self.get_logger().info(f'commands resumed at sim time {now:.3f} '
-                                   f'(loss #{self.chunk_executor.counts().get("losses", 0)})')
+            self.get_logger().info(
+                f"commands resumed at sim time {now:.3f} (loss #{self.chunk_executor.counts().get('losses', 0)})"
+            )
         self.publish_diagnostics()
 
     def _do_reset(self) -> None:
@@ -277,14 +308,15 @@ class AlohaSimNode(Node):
         if self.renderer is not None:
             self.renderer.clear()
         self.resets += 1
-        self._seed = self.p['seed'] + self.resets
+        self._seed = self.p["seed"] + self.resets
         q = self.scene.reset(self._seed)
         now = self.clock_start + self.pacer.elapsed
         self.chunk_executor.reset(q, now)
         self.episode.reset()
         self.pacer.restart()  # the next step publishes the new state (stamps stay increasing)
-        self.get_logger().info(f'reset #{self.resets}: arms at the start pose, cube seed '
-                               f'{self._seed}, sim time {now:.3f}')
+        self.get_logger().info(
+            f"reset #{self.resets}: arms at the start pose, cube seed {self._seed}, sim time {now:.3f}"
+        )
         with self._reset_done:
             self._reset_serial += 1
             self._reset_done.notify_all()
@@ -305,8 +337,13 @@ class AlohaSimNode(Node):
 
     def summary(self) -> dict[str, Any]:
         """Status values: state, sim time, rates, counters and chunk ages (see module doc)."""
-        return sim_summary(self.chunk_executor, self.pacer, self.rates, self.renderer, self.resets,
-                           self.p['real_time_factor']) | self.episode.summary() | {'seed': self._seed}
+        return (
+            sim_summary(
+                self.chunk_executor, self.pacer, self.rates, self.renderer, self.resets, self.p["real_time_factor"]
+            )
+            | self.episode.summary()
+            | {"seed": self._seed}
+        )
 
     def publish_diagnostics(self) -> None:
         """Publish the ``aloha_sim: executor`` status on /diagnostics (any thread)."""
@@ -322,7 +359,7 @@ def main(args: list[str] | None = None) -> int:
     module doc). Its own signal handlers end the spin loop, then the node is torn down and the
     context shut down, in that order (rclpy's handlers would shut the context down under a spinning
     executor: a take from a destroyed subscription raised at exit)."""
-    check_node_arguments('aloha_sim', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
+    check_node_arguments("aloha_sim", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -334,8 +371,7 @@ def main(args: list[str] | None = None) -> int:
         rclpy.try_shutdown()
         return 2
     except (ImportError, RuntimeError) as exc:
-        rclpy.logging.get_logger(NODE_NAME).error(f'cannot start the simulation: '
-                                                  f'{type(exc).__name__}: {exc}')
+        rclpy.logging.get_logger(NODE_NAME).error(f"cannot start the simulation: {type(exc).__name__}: {exc}")
         rclpy.try_shutdown()
         return 1
     # Physics and rendering run in their own threads; callbacks are short. rclpy's
@@ -356,5 +392,5 @@ def main(args: list[str] | None = None) -> int:
     return 1 if node.failure else 0
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

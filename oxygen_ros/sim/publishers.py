@@ -16,7 +16,7 @@ from oxygen_ros.ros.qos import qos_from_name, reliable_qos
 from oxygen_ros.sim.executor import Command
 from oxygen_ros.sim.scene import JOINT_NAMES
 
-__all__ = ['SimPublishers']
+__all__ = ["SimPublishers"]
 
 
 class SimPublishers:
@@ -25,27 +25,27 @@ class SimPublishers:
     Stamps are simulation-clock seconds since the epoch.
     """
 
-    def __init__(self, node: Node, p: dict[str, Any], cameras: tuple[str, ...],
-                 topics: tuple[str, ...]) -> None:
+    def __init__(self, node: Node, p: dict[str, Any], cameras: tuple[str, ...], topics: tuple[str, ...]) -> None:
         self.p = p
-        self.joint = node.create_publisher(JointState, p['joint_state_topic'],
-                                           qos_from_name(p['joint_state_qos']))
-        self.executed = node.create_publisher(JointState, '~/executed_command', reliable_qos(50))
-        cam_type = CompressedImage if p['image_format'] in ('jpeg', 'png') else Image
-        self.cameras = {c: node.create_publisher(cam_type, t, qos_from_name(p['camera_qos']))
-                        for c, t in zip(cameras, topics, strict=True)}
+        self.joint = node.create_publisher(JointState, p["joint_state_topic"], qos_from_name(p["joint_state_qos"]))
+        self.executed = node.create_publisher(JointState, "~/executed_command", reliable_qos(50))
+        cam_type = CompressedImage if p["image_format"] in ("jpeg", "png") else Image
+        self.cameras = {
+            c: node.create_publisher(cam_type, t, qos_from_name(p["camera_qos"]))
+            for c, t in zip(cameras, topics, strict=True)
+        }
         self.clock = None
-        if p['publish_clock']:
+        if p["publish_clock"]:
             self.clock = node.create_publisher(
-                Clock, '/clock', QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
-        self.diagnostics = node.create_publisher(DiagnosticArray, '/diagnostics', 10)
+                Clock, "/clock", QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+            )
+        self.diagnostics = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
 
     def state(self, t: float, position: np.ndarray, velocity: np.ndarray) -> None:
         """Publish the joint state (rad / gripper units, and their rates) at ``t``; /clock too."""
         stamp = sec_to_stamp(t)
-        msg = JointState(name=list(JOINT_NAMES), position=position.tolist(),
-                         velocity=velocity.tolist())
-        msg.header.stamp, msg.header.frame_id = stamp, self.p['frame_id']
+        msg = JointState(name=list(JOINT_NAMES), position=position.tolist(), velocity=velocity.tolist())
+        msg.header.stamp, msg.header.frame_id = stamp, self.p["frame_id"]
         self.joint.publish(msg)
         if self.clock is not None:
             self.clock.publish(Clock(clock=stamp))
@@ -58,10 +58,10 @@ class SimPublishers:
 
     def images(self, stamp: float, images: dict[str, np.ndarray]) -> None:
         """Publish each camera's uint8 ``[H, W, 3]`` RGB frame in the configured format."""
-        fmt = self.p['image_format']
+        fmt = self.p["image_format"]
         for cam, rgb in images.items():
-            if fmt in ('jpeg', 'png'):
-                msg = rgb_to_compressed_msg(rgb, fmt, self.p['jpeg_quality'], stamp, cam)
+            if fmt in ("jpeg", "png"):
+                msg = rgb_to_compressed_msg(rgb, fmt, self.p["jpeg_quality"], stamp, cam)
             else:
                 msg = rgb_to_image_msg(rgb, fmt, stamp, cam)
             self.cameras[cam].publish(msg)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-
 from oxygen_ros.sim.sample_writer import SampleBagWriter, check_replaceable
 from oxygen_ros.sim.scene import (
     CAMERA_SLOTS,
@@ -180,12 +179,8 @@ def record(
         types[JOINT_STATES_TOPIC] = types[COMMAND_TOPIC] = "sensor_msgs/msg/JointState"
         types[INSTRUCTION_TOPIC] = types[ASK_TOPIC] = "std_msgs/msg/String"
         bag = SampleBagWriter(tmp / out.name, types, JOINT_NAMES)
-        bag.writer.set_custom_data(
-            "oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}"
-        )
-        bag.writer.set_custom_data(
-            "oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items())
-        )
+        bag.writer.set_custom_data("oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}")
+        bag.writer.set_custom_data("oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items()))
         bag.writer.set_custom_data("oxygen_ros.gripper_units", "normalised opening, 0 closed .. 1 open")
         scene.reset(seed)
         motion = ScriptedPickLift(scene)
@@ -254,12 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(DEFAULT_CAMERAS),
         help="comma-separated MJCF cameras (default: %(default)s)",
     )
-    p.add_argument(
-        "--instruction", default=DEFAULT_INSTRUCTION, help="task instruction text (default: %(default)r)"
-    )
+    p.add_argument("--instruction", default=DEFAULT_INSTRUCTION, help="task instruction text (default: %(default)r)")
     p.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality 1..100 (default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)")
+    p.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)"
+    )
     return p
 
 

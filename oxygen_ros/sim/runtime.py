@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['Pacer', 'Rates', 'Renderer']
+__all__ = ["Pacer", "Rates", "Renderer"]
 
 
 class Pacer:
@@ -27,8 +27,7 @@ class Pacer:
         wall: monotonic wall clock (seconds), injectable for tests.
     """
 
-    def __init__(self, step_s: float, rtf: float, max_lag_s: float,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, step_s: float, rtf: float, max_lag_s: float, wall: Callable[[], float] = time.monotonic) -> None:
         self.step_s, self.rtf, self.max_lag_s, self._wall = step_s, rtf, max_lag_s, wall
         self.elapsed = 0.0  # simulated seconds since start
         self.overruns = 0
@@ -85,15 +84,15 @@ class Rates:
             self._trim(self._steps, now)
             self._trim(self._frames, now)
             steps, frames = list(self._steps), list(self._frames)
-        out = {'sim_step_hz': 0.0, 'real_time_factor': 0.0, 'camera_hz': 0.0, 'render_ms': 0.0}
+        out = {"sim_step_hz": 0.0, "real_time_factor": 0.0, "camera_hz": 0.0, "render_ms": 0.0}
         if len(steps) > 1 and steps[-1][0] > steps[0][0]:
             span = steps[-1][0] - steps[0][0]
-            out['sim_step_hz'] = (len(steps) - 1) / span
-            out['real_time_factor'] = (steps[-1][1] - steps[0][1]) / span
+            out["sim_step_hz"] = (len(steps) - 1) / span
+            out["real_time_factor"] = (steps[-1][1] - steps[0][1]) / span
         if len(frames) > 1 and frames[-1][0] > frames[0][0]:
-            out['camera_hz'] = (len(frames) - 1) / (frames[-1][0] - frames[0][0])
+            out["camera_hz"] = (len(frames) - 1) / (frames[-1][0] - frames[0][0])
         if frames:
-            out['render_ms'] = float(np.median([f[1] for f in frames])) * 1e3
+            out["render_ms"] = float(np.median([f[1] for f in frames])) * 1e3
         return out
 
 
@@ -104,9 +103,15 @@ class Renderer:
     the newest one. A snapshot still pending when the next arrives is replaced (``skipped``).
     """
 
-    def __init__(self, model: Any, cameras: tuple[str, ...], size: tuple[int, int],
-                 shadows: bool, publish: Callable[[float, dict[str, np.ndarray], float], None],
-                 on_error: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        cameras: tuple[str, ...],
+        size: tuple[int, int],
+        shadows: bool,
+        publish: Callable[[float, dict[str, np.ndarray], float], None],
+        on_error: Callable[[str], None],
+    ) -> None:
         self._model, self._cameras, self._size, self._shadows = model, cameras, size, shadows
         self._publish, self._on_error = publish, on_error
         self._cond = threading.Condition()
@@ -115,8 +120,8 @@ class Renderer:
         self.skipped = 0
         self.frames = 0
         self.ready = threading.Event()
-        self.error = ''
-        self._thread = threading.Thread(target=self._run, name='aloha-sim-render', daemon=True)
+        self.error = ""
+        self._thread = threading.Thread(target=self._run, name="aloha-sim-render", daemon=True)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the thread and wait until the GL context exists.
@@ -126,10 +131,9 @@ class Renderer:
         """
         self._thread.start()
         if not self.ready.wait(timeout) or self.error:
-            raise RuntimeError(f'camera renderer failed to start: {self.error or "timeout"}')
+            raise RuntimeError(f"camera renderer failed to start: {self.error or 'timeout'}")
 
-    def submit(self, stamp: float, qpos: np.ndarray, mocap_pos: np.ndarray,
-               mocap_quat: np.ndarray) -> None:
+    def submit(self, stamp: float, qpos: np.ndarray, mocap_pos: np.ndarray, mocap_quat: np.ndarray) -> None:
         with self._cond:
             if self._pending is not None:
                 self.skipped += 1
@@ -157,7 +161,7 @@ class Renderer:
             renderer = mujoco.Renderer(self._model, h, w)
             data = mujoco.MjData(self._model)
         except Exception as exc:  # GL / EGL problems: reported by start()
-            self.error = f'{type(exc).__name__}: {exc}'
+            self.error = f"{type(exc).__name__}: {exc}"
             self.ready.set()
             return
         self.ready.set()
@@ -186,7 +190,7 @@ class Renderer:
                 self.frames += 1
                 self._publish(stamp, images, time.perf_counter() - t0)
         except Exception as exc:
-            self.error = f'{type(exc).__name__}: {exc}'
-            self._on_error(f'camera rendering stopped: {self.error}\n{traceback.format_exc()}')
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._on_error(f"camera rendering stopped: {self.error}\n{traceback.format_exc()}")
         finally:
             renderer.close()

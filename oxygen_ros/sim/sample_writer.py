@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-__all__ = ['SampleBagWriter', 'check_replaceable']
+__all__ = ["SampleBagWriter", "check_replaceable"]
 
 _BAG_FILE_SUFFIXES = (".yaml", ".mcap", ".db3", ".zstd")
 

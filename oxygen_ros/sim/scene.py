@@ -208,8 +208,7 @@ class SimScene:
         """
         h, w = self.image_size
         return {
-            cam: np.ascontiguousarray(self.physics.render(height=h, width=w, camera_id=cam))
-            for cam in self.cameras
+            cam: np.ascontiguousarray(self.physics.render(height=h, width=w, camera_id=cam)) for cam in self.cameras
         }
 
     def close(self) -> None:

@@ -29,9 +29,12 @@ def norm_stats(rows: np.ndarray) -> NormStats:
         raise ValueError(f"need at least 2 rows of [N, D] values, got shape {list(a.shape)}")
     if not np.isfinite(a).all():
         raise ValueError("statistics input holds non-finite values")
-    return NormStats(mean=a.mean(0).astype(np.float32), std=a.std(0).astype(np.float32),
-                     q01=np.quantile(a, 0.01, axis=0).astype(np.float32),
-                     q99=np.quantile(a, 0.99, axis=0).astype(np.float32))
+    return NormStats(
+        mean=a.mean(0).astype(np.float32),
+        std=a.std(0).astype(np.float32),
+        q01=np.quantile(a, 0.01, axis=0).astype(np.float32),
+        q99=np.quantile(a, 0.99, axis=0).astype(np.float32),
+    )
 
 
 @dataclass
@@ -71,8 +74,10 @@ def model_rows(ep: Episode, space: ActionSpace, horizon: int) -> tuple[np.ndarra
     acts, anchor = np.asarray(ep.actions, np.float64)[keep], ep.state[idx[keep]]
     if space.kind != "delta":
         return states, space.to_model(acts, anchor)
-    rows = [space.to_model(acts[i:i + horizon], np.repeat(anchor[i:i + 1], len(acts[i:i + horizon]), 0))
-            for i in range(len(acts))]
+    rows = [
+        space.to_model(acts[i : i + horizon], np.repeat(anchor[i : i + 1], len(acts[i : i + horizon]), 0))
+        for i in range(len(acts))
+    ]
     return states, (np.concatenate(rows) if rows else np.zeros((0, states.shape[1])))
 
 

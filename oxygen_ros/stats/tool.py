@@ -54,8 +54,9 @@ def _pick(msg, names: tuple[str, ...], fields: list[str]) -> np.ndarray | None:
     return out if np.isfinite(out).all() else None
 
 
-def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionSpace,
-                 progress: bool = True) -> tuple[Episode, dict[str, int]]:
+def read_episode(
+    path: Path, state_topic: str, action_topic: str, space: ActionSpace, progress: bool = True
+) -> tuple[Episode, dict[str, int]]:
     """States and commands of one bag (log times), with counts of unusable messages per topic.
 
     Raises:
@@ -75,8 +76,10 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
     except BagError as exc:
         raise StatsError(str(exc)) from exc
     with bag:
-        for topic, param, ok in ((state_topic, "joint_state_topic", (_JS,)), (action_topic, "--action-topic",
-                                                                           (_JS, _ARR))):
+        for topic, param, ok in (
+            (state_topic, "joint_state_topic", (_JS,)),
+            (action_topic, "--action-topic", (_JS, _ARR)),
+        ):
             info = bag.topics.get(topic)
             if info is None:
                 raise StatsError(f"{path}: no topic {topic} ({param}); the bag has {sorted(bag.topics)}")
@@ -85,8 +88,14 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
         rows: dict[str, tuple[list[float], list[np.ndarray]]] = {state_topic: ([], []), action_topic: ([], [])}
         dropped = {state_topic: 0, action_topic: 0}
         first_names: dict[str, list[str]] = {}
-        bar = tqdm(total=bag.count([state_topic, action_topic]), unit="msg", desc=path.name, disable=not progress,
-                   file=sys.stderr, leave=False)
+        bar = tqdm(
+            total=bag.count([state_topic, action_topic]),
+            unit="msg",
+            desc=path.name,
+            disable=not progress,
+            file=sys.stderr,
+            leave=False,
+        )
         for topic, t_ns, raw in bag.messages([state_topic, action_topic]):
             bar.update()
             msgtype = bag.topics[topic].msgtype
@@ -97,8 +106,9 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
                 vec = vec if vec.shape == (want,) and np.isfinite(vec).all() else None
             else:
                 first_names.setdefault(topic, list(msg.name))
-                vec = (_pick(msg, state_names, state_fields) if topic == state_topic
-                       else _pick(msg, names, action_fields))
+                vec = (
+                    _pick(msg, state_names, state_fields) if topic == state_topic else _pick(msg, names, action_fields)
+                )
             if vec is None:
                 dropped[topic] += 1
                 continue
@@ -112,15 +122,19 @@ def read_episode(path: Path, state_topic: str, action_topic: str, space: ActionS
             have = first_names.get(topic)
             if have is None:
                 what = f"holds no finite Float64MultiArray of {len(names)} values (joint_names)"
-            elif [n for n in (state_names if topic == state_topic else names) if n not in have]:
-                what = f"lacks joints {[n for n in (state_names if topic == state_topic else names) if n not in have]} (it has {have})"
+            elif missing := [n for n in (state_names if topic == state_topic else names) if n not in have]:
+                what = f"lacks joints {missing} (it has {have})"
             else:
                 what = f"has no finite values (position, or velocity for velocity joints) for joints {list(names)}"
             raise StatsError(f"{path}: every message on {topic} {what}")
     s_t, s = rows[state_topic]
     a_t, a = rows[action_topic]
-    ep = Episode(np.asarray(s_t), np.asarray(s).reshape(-1, len(state_names)), np.asarray(a_t),
-                 np.asarray(a).reshape(-1, len(names)))
+    ep = Episode(
+        np.asarray(s_t),
+        np.asarray(s).reshape(-1, len(state_names)),
+        np.asarray(a_t),
+        np.asarray(a).reshape(-1, len(names)),
+    )
     return ep, dropped
 
 
@@ -138,20 +152,32 @@ def _layout(out: Path, asked: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="norm_stats", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="norm_stats", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("bags", type=Path, nargs="+", help="rosbag2 folders (mcap/sqlite3) or .mcap files, one episode each")
-    p.add_argument("--params-file", type=Path, default=None, help="the node's parameter file (joints, topics, action space)")
+    p.add_argument(
+        "--params-file", type=Path, default=None, help="the node's parameter file (joints, topics, action space)"
+    )
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE")
-    p.add_argument("--action-topic", default="/commanded_action", help="recorded commands (JointState or Float64MultiArray)")
+    p.add_argument(
+        "--action-topic", default="/commanded_action", help="recorded commands (JointState or Float64MultiArray)"
+    )
     p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write the stats into")
-    p.add_argument("--layout", choices=("auto", "openpi", "lerobot"), default="auto",
-                   help="auto: the layout of the checkpoint in --out (openpi if there is none)")
+    p.add_argument(
+        "--layout",
+        choices=("auto", "openpi", "lerobot"),
+        default="auto",
+        help="auto: the layout of the checkpoint in --out (openpi if there is none)",
+    )
     p.add_argument("--asset-id", default="robot", help="openpi assets/<asset_id>/norm_stats.json")
     p.add_argument("--horizon", type=int, default=0, help="delta chunk length (0: the checkpoint's, else 50)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace statistics already in --out (each replaced file is kept as <file>.bak[.N])")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace statistics already in --out (each replaced file is kept as <file>.bak[.N])",
+    )
     return p
 
 
@@ -194,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         layout = _layout(args.out, args.layout)
         existing = [f for f in stats_targets(args.out, layout, args.asset_id) if f.is_file()]
         if existing and not args.overwrite:
-            raise StatsError(f"{args.out} already holds normalisation statistics ({', '.join(map(str, existing))}): "
-                             "they may be the checkpoint's own; write elsewhere with --out, or pass --overwrite to "
-                             "replace them (each replaced file is kept as <file>.bak)")
+            raise StatsError(
+                f"{args.out} already holds normalisation statistics ({', '.join(map(str, existing))}): "
+                "they may be the checkpoint's own; write elsewhere with --out, or pass --overwrite to "
+                "replace them (each replaced file is kept as <file>.bak)"
+            )
         cfg = load_node_config(args.params_file, args.param)
         space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
         episodes, drops = [], {}
@@ -214,19 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     n_s = sum(len(e.state) for e in episodes)
     n_a = sum(len(e.actions) for e in episodes)
-    print(f"norm stats from {len(episodes)} bag(s): {n_s} states, {n_a} commands (action space {space.kind}"
-          f"{f', delta chunks of {horizon}' if space.kind == 'delta' else ''}); unusable messages: "
-          f"{ {k: v for k, v in drops.items() if v} or 'none'}")
+    print(
+        f"norm stats from {len(episodes)} bag(s): {n_s} states, {n_a} commands (action space {space.kind}"
+        f"{f', delta chunks of {horizon}' if space.kind == 'delta' else ''}); unusable messages: "
+        f"{ {k: v for k, v in drops.items() if v} or 'none' }"
+    )
     flat = zero_range_joints(stats, space)
     for name, st in stats.items():
         for j, joint in enumerate(space.state_names if name == "state" else space.joint_names):
             mark = "  <- zero range" if f"{name} {joint}" in flat else ""
-            print(f"  {name:7s} {joint:24s} q01 {st.q01[j]: .5f}  q99 {st.q99[j]: .5f}  mean {st.mean[j]: .5f}  "
-                  f"std {st.std[j]: .5f}{mark}")
+            print(
+                f"  {name:7s} {joint:24s} q01 {st.q01[j]: .5f}  q99 {st.q99[j]: .5f}  mean {st.mean[j]: .5f}  "
+                f"std {st.std[j]: .5f}{mark}"
+            )
     if flat:
-        print(f"norm_stats: warning: zero range (q01 == q99) for {len(flat)} dimension(s): {', '.join(flat)} — "
-              "they never moved in these bags, so the policy sees a constant there; record episodes in which "
-              "they move", file=sys.stderr)
+        print(
+            f"norm_stats: warning: zero range (q01 == q99) for {len(flat)} dimension(s): {', '.join(flat)} — "
+            "they never moved in these bags, so the policy sees a constant there; record episodes in which "
+            "they move",
+            file=sys.stderr,
+        )
     for old, bak in backups:
         print(f"replaced {old} (the previous file is kept as {bak})")
     print(f"wrote ({layout} layout): " + ", ".join(str(f) for f in files))

@@ -74,8 +74,9 @@ def backup(path: Path) -> Path:
     return target
 
 
-def write_stats(folder: str | Path, stats: dict[str, NormStats], layout: str = "openpi",
-                asset_id: str = "robot") -> list[Path]:
+def write_stats(
+    folder: str | Path, stats: dict[str, NormStats], layout: str = "openpi", asset_id: str = "robot"
+) -> list[Path]:
     """Write ``stats`` (``{"state", "actions"}``) into ``folder`` in the given layout (the files of
     :func:`stats_targets`; whether existing ones may be replaced is the caller's decision).
 

@@ -17,15 +17,50 @@ import torch
 
 from oxygen_ros.bench import bench
 from oxygen_ros.bench.report import STAGES, SUMMARY_KEYS
-from oxygen_ros.bench.workload import (BenchPoint, arrival_schedule, divisors, paper_sweep,
-                                             parse_arrival)
+from oxygen_ros.bench.workload import BenchPoint, arrival_schedule, divisors, paper_sweep, parse_arrival
 
-FRAME_KEYS = {"T", "preprocess", "vision", "prefill", "denoise", "fwd_decode", "fwd_start", "build", "sample",
-              "other", "overhead", "engine_bookkeeping", "tokens", "decode_steps", "decode_batch", "batches",
-              "starts", "n_prefills", "blocks_in_use", "kv_peak_blocks", "frame", "warmup", "transient",
-              "running", "queued", "arrivals", "latencies", "ideal"}
-ENV_KEYS = {"device", "dtype", "device_name", "torch_threads", "versions", "python", "cpu_count", "loadavg_start",
-            "loadavg_end", "git_commit"}
+FRAME_KEYS = {
+    "T",
+    "preprocess",
+    "vision",
+    "prefill",
+    "denoise",
+    "fwd_decode",
+    "fwd_start",
+    "build",
+    "sample",
+    "other",
+    "overhead",
+    "engine_bookkeeping",
+    "tokens",
+    "decode_steps",
+    "decode_batch",
+    "batches",
+    "starts",
+    "n_prefills",
+    "blocks_in_use",
+    "kv_peak_blocks",
+    "frame",
+    "warmup",
+    "transient",
+    "running",
+    "queued",
+    "arrivals",
+    "latencies",
+    "ideal",
+}
+ENV_KEYS = {
+    "device",
+    "dtype",
+    "device_name",
+    "torch_threads",
+    "versions",
+    "python",
+    "cpu_count",
+    "loadavg_start",
+    "loadavg_end",
+    "git_commit",
+}
 
 
 def run_bench(tmp_path, *args):
@@ -63,8 +98,17 @@ def check_complete(doc, expected_points, frames):
     assert len(rows) == 3 * len(expected_points)
     for r in rows:
         assert set(SUMMARY_KEYS) <= set(r)
-        for k in ("frame_time_ms", "action_hz", "tok_s", "speedup", "overhead_pct", "efficiency", "peak_mem_mb",
-                  "mem_ratio", "ideal_ms"):
+        for k in (
+            "frame_time_ms",
+            "action_hz",
+            "tok_s",
+            "speedup",
+            "overhead_pct",
+            "efficiency",
+            "peak_mem_mb",
+            "mem_ratio",
+            "ideal_ms",
+        ):
             assert isinstance(r[k], float) and math.isfinite(r[k]) and (r[k] >= 0 or k == "overhead_pct"), k
         assert set(r["stages_ms"]) == set(STAGES)
     assert {t["target"] for t in doc["targets"]} and all(t["status"] for t in doc["targets"])
@@ -84,8 +128,26 @@ def test_quick_profile_writes_complete_json_table_and_plots(tmp_path):
 
 
 def test_arrival_patterns_and_layouts_are_complete(tmp_path):
-    args = ["--preset", "pi05-tiny", "--layouts", "droid", "aloha", "--tokens", "4", "--k", "2", "--frames", "3",
-            "--arrivals", "poisson:1.5", "mix:1", "uniform:0.5", "--no-plots", "--steps", "2"]
+    args = [
+        "--preset",
+        "pi05-tiny",
+        "--layouts",
+        "droid",
+        "aloha",
+        "--tokens",
+        "4",
+        "--k",
+        "2",
+        "--frames",
+        "3",
+        "--arrivals",
+        "poisson:1.5",
+        "mix:1",
+        "uniform:0.5",
+        "--no-plots",
+        "--steps",
+        "2",
+    ]
     _, doc = run_bench(tmp_path, *args)
     keys = [f"{lay} S2 N4 k2 {a}" for lay in ("droid", "aloha") for a in ("poisson:1.5", "mix:1", "uniform:0.5")]
     check_complete(doc, keys, frames=3)
@@ -136,9 +198,25 @@ def test_compiled_points_leave_the_bookkeeping_split_and_efficiency_unmeasured()
     bookkeeping) and the cost model prices eager forwards: those columns are '–' there and
     the bookkeeping / efficiency targets judge eager points only."""
     from oxygen_ros.bench.report import check_targets, markdown, summarize_mode
-    frame = {"warmup": False, "T": 0.2, "tokens": 30, "overhead": 0.01, "build": 0.005, "sample": 0.002,
-             "other": 0.003, "engine_bookkeeping": 0.004, "batches": [29], "latencies": [1.0], "ideal": 0.19,
-             "transient": 0, "kv_peak_blocks": 4, "queued": 0, "decode_steps": 1, **{s: 0.01 for s in STAGES}}
+
+    frame = {
+        "warmup": False,
+        "T": 0.2,
+        "tokens": 30,
+        "overhead": 0.01,
+        "build": 0.005,
+        "sample": 0.002,
+        "other": 0.003,
+        "engine_bookkeeping": 0.004,
+        "batches": [29],
+        "latencies": [1.0],
+        "ideal": 0.19,
+        "transient": 0,
+        "kv_peak_blocks": 4,
+        "queued": 0,
+        "decode_steps": 1,
+        **{s: 0.01 for s in STAGES},
+    }
     run = {"frames": [frame] * 3, "pool_bytes": 10, "rejected": 0, "errors": 0}
     rows, points = [], {}
     for comp in ("none", "default"):
@@ -155,9 +233,14 @@ def test_compiled_points_leave_the_bookkeeping_split_and_efficiency_unmeasured()
     targets = {t["target"]: t for t in check_targets(rows, points, gpu=False)}
     assert targets["bookkeeping <= 2 % of a frame at k = 1"]["at"] == eager["point"]
     assert targets["efficiency vs cost model >= 0.9 (unified)"]["at"] == eager["point"]
-    doc = {"environment": {"device_name": "cpu", "torch_threads": 1, "loadavg_start": None}, "frames_total": 6,
-           "duration_s": 1.0, "settings": {"preset": "x", "dtype": "float32", "horizon": 10},
-           "summary": rows, "targets": list(targets.values())}
+    doc = {
+        "environment": {"device_name": "cpu", "torch_threads": 1, "loadavg_start": None},
+        "frames_total": 6,
+        "duration_s": 1.0,
+        "settings": {"preset": "x", "dtype": "float32", "horizon": 10},
+        "summary": rows,
+        "targets": list(targets.values()),
+    }
     assert "| – (–/–/–) |" in markdown(doc)
 
 
@@ -165,11 +248,22 @@ def test_compiled_points_say_which_stages_ran_compiled_and_every_recompile_or_fa
     """Under the table: each compiled (point, mode) lists its compiled stages, and a recompile after
     warm-up or an eager fallback is spelled out — a compiled figure measured on eager code says so."""
     from oxygen_ros.bench.report import compile_notes
-    ok = {"point": "p compile:default", "mode": "unified",
-          "compile_state": {"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 3}}
-    bad = {"point": "p compile:default", "mode": "isolated",
-           "compile_state": {"compiled_stages": "vision,prefill,denoise", "graphs_decode": 5, "recompiles_decode": 3,
-                             "fallback_decode": "5 graphs exceed the budget of 4"}}
+
+    ok = {
+        "point": "p compile:default",
+        "mode": "unified",
+        "compile_state": {"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 3},
+    }
+    bad = {
+        "point": "p compile:default",
+        "mode": "isolated",
+        "compile_state": {
+            "compiled_stages": "vision,prefill,denoise",
+            "graphs_decode": 5,
+            "recompiles_decode": 3,
+            "fallback_decode": "5 graphs exceed the budget of 4",
+        },
+    }
     eager = {"point": "p", "mode": "unified", "compile_state": {"compiled_stages": "none"}}
     lines = compile_notes([ok, bad, eager])
     assert lines[:2] == ["", "Compiled stages:"] and len(lines) == 4
@@ -181,10 +275,37 @@ def test_compiled_points_say_which_stages_ran_compiled_and_every_recompile_or_fa
 def test_into_a_pipe_bench_draws_no_progress_bar(tmp_path):
     """stderr a pipe (a log, CI) and no --no-progress: the report, but not one tqdm frame."""
     out = tmp_path / "bench"
-    r = subprocess.run([sys.executable, "-m", "oxygen_ros.bench.bench", "--preset", "pi05-tiny", "--layouts", "libero",
-                        "--tokens", "2", "--k", "2", "--steps", "1", "--frames", "1", "--modes", "unified",
-                        "--compile", "none", "--threads", "1", "--no-plots", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oxygen_ros.bench.bench",
+            "--preset",
+            "pi05-tiny",
+            "--layouts",
+            "libero",
+            "--tokens",
+            "2",
+            "--k",
+            "2",
+            "--steps",
+            "1",
+            "--frames",
+            "1",
+            "--modes",
+            "unified",
+            "--compile",
+            "none",
+            "--threads",
+            "1",
+            "--no-plots",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "results.json").is_file() and "bench: wrote " in r.stdout
     assert "\r" not in r.stderr and "frame/s" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]

@@ -11,8 +11,18 @@ import torch
 from oxygen_ros.bench import bench
 from oxygen_ros.bench.rtc import CHUNK, DENOISE
 
-ENV_KEYS = {"device", "dtype", "device_name", "torch_threads", "versions", "python", "cpu_count", "loadavg_start",
-            "loadavg_end", "git_commit"}
+ENV_KEYS = {
+    "device",
+    "dtype",
+    "device_name",
+    "torch_threads",
+    "versions",
+    "python",
+    "cpu_count",
+    "loadavg_start",
+    "loadavg_end",
+    "git_commit",
+}
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,9 @@ def keep_threads():
 
 def test_schedules_bench_writes_complete_results(tmp_path):
     out = tmp_path / "s"
-    rc = bench.main(["schedules", "--preset", "pi05-tiny", "--tokens", "6", "--frames", "6", "--block", "3",
-                     "--out", str(out)])
+    rc = bench.main(
+        ["schedules", "--preset", "pi05-tiny", "--tokens", "6", "--frames", "6", "--block", "3", "--out", str(out)]
+    )
     assert rc == 0
     doc = json.loads((out / "results.json").read_text())
     names = ["serial", "serial+language", "concurrent", "concurrent+language"]
@@ -30,16 +31,22 @@ def test_schedules_bench_writes_complete_results(tmp_path):
         frames = doc["frames"][n]
         assert sum(not f["warmup"] for f in frames) >= 6 and sum(f["warmup"] for f in frames) == 6 + 5
         r = doc["rows"][n]
-        assert r["frames"] >= 6 and all(math.isfinite(r[k]) and r[k] > 0 for k in
-                                        ("chunk_interval_ms", "chunk_latency_ms", "action_hz"))
+        assert r["frames"] >= 6 and all(
+            math.isfinite(r[k]) and r[k] > 0 for k in ("chunk_interval_ms", "chunk_latency_ms", "action_hz")
+        )
         if n.endswith("+language"):
             # steady state: one request of N tokens per frame, k = 1 -> N tokens per frame
             assert r["tok_s"] > 0 and abs(r["tokens_per_frame"] - 6) < 1.5 and r["batcher_busy"] > 0
         else:
             assert r["tok_s"] == 0 and r["tokens_per_frame"] == 0
     q = doc["ratios"]
-    assert set(q) >= {"serial_chunk_ratio", "concurrent_chunk_ratio", "tok_s_concurrent_over_serial",
-                      "target_chunk_ratio_met", "target_tok_s_met"}
+    assert set(q) >= {
+        "serial_chunk_ratio",
+        "concurrent_chunk_ratio",
+        "tok_s_concurrent_over_serial",
+        "target_chunk_ratio_met",
+        "target_tok_s_met",
+    }
     assert "chunk interval with ÷ without language" in (out / "results.md").read_text()
     assert doc["environment"]["loadavg_start"] is not None
 

@@ -26,8 +26,14 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]
     (site / "sitecustomize.py").write_text(f"import sys\nfor n in {BARE!r}:\n    sys.modules[n] = None\n")
     out = tmp_path / "gc"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
-    proc = subprocess.run([sys.executable, "-m", "oxygen_ros.bench.gpu_check", "--out", str(out), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "oxygen_ros.bench.gpu_check", "--out", str(out), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return proc, out
 
 
@@ -52,8 +58,16 @@ def test_the_dry_run_runs_every_stage_on_a_bare_stack(tmp_path):
     figs = {k: v for s in doc["stages"] for k, v in s["figures"].items()}
     assert figs["smoke_ok"] == figs["smoke_runs"] == 4
     assert figs["failed"] == 0 and figs["passed"] + figs["skipped"] >= 1
-    for key in ("speedup_k1", "speedup_k5", "action_hz_k1", "tok_s_k1", "action_path_1cam_ms",
-                "action_path_3cam_ms", "peak_mem_mb", "concurrent_chunk_ratio"):
+    for key in (
+        "speedup_k1",
+        "speedup_k5",
+        "action_hz_k1",
+        "tok_s_k1",
+        "action_path_1cam_ms",
+        "action_path_3cam_ms",
+        "peak_mem_mb",
+        "concurrent_chunk_ratio",
+    ):
         assert figs[key] > 0, key
     md = (out / "summary.md").read_text()
     assert md.startswith("### gpu_check --dry-run (CPU, pi05-tiny)")
@@ -74,31 +88,46 @@ def test_a_stage_that_times_out_is_recorded_and_the_next_still_runs(tmp_path):
 
 def test_a_stage_without_results_is_an_error_with_the_reason(tmp_path):
     """A stage that exits 0 but leaves no result file is not "passed"."""
-    res = gpu_check.run_stage("bench", [sys.executable, "-c", "print('hello')"], 30, tmp_path, PARSERS["bench"],
-                              tmp_path)
+    res = gpu_check.run_stage(
+        "bench", [sys.executable, "-c", "print('hello')"], 30, tmp_path, PARSERS["bench"], tmp_path
+    )
     assert res["status"] == "error" and "FileNotFoundError" in res["summary"] and "hello" in res["log_tail"]
-    res = gpu_check.run_stage("tests", [sys.executable, "-c", "raise SystemExit(3)"], 30, tmp_path,
-                              PARSERS["tests"], tmp_path)
+    res = gpu_check.run_stage(
+        "tests", [sys.executable, "-c", "raise SystemExit(3)"], 30, tmp_path, PARSERS["tests"], tmp_path
+    )
     assert res["status"] == "failed" and res["returncode"] == 3
     assert "| bench | error |" in markdown([res | {"stage": "bench", "status": "error"}], False, 1.0)
 
 
 def _junit(folder: Path, tests: int, failures: int = 0, skipped: int = 0) -> None:
     """A pytest JUnit XML in ``folder/tests.xml`` with these counts (what ``--junitxml`` writes)."""
-    cases = "".join(f'<testcase classname="test.core.test_x" name="test_{i}">'
-                    + ("<failure message='boom'/>" if i < failures else "<skipped message='no CUDA'/>"
-                       if i < failures + skipped else "") + "</testcase>" for i in range(tests))
+    cases = "".join(
+        f'<testcase classname="test.core.test_x" name="test_{i}">'
+        + (
+            "<failure message='boom'/>"
+            if i < failures
+            else "<skipped message='no CUDA'/>"
+            if i < failures + skipped
+            else ""
+        )
+        + "</testcase>"
+        for i in range(tests)
+    )
     (folder / "tests.xml").write_text(
         f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" '
-        f'failures="{failures}" skipped="{skipped}" tests="{tests}">{cases}</testsuite></testsuites>')
+        f'failures="{failures}" skipped="{skipped}" tests="{tests}">{cases}</testsuite></testsuites>'
+    )
 
 
-@pytest.mark.parametrize("tests, failures, skipped, status", [
-    (12, 0, 12, "skipped"),   # every test skipped (no CUDA): nothing was checked
-    (0, 0, 0, "skipped"),     # nothing collected at all
-    (12, 0, 11, None),        # one test ran and passed
-    (12, 1, 11, None),        # one ran and failed: a failure, never hidden as skipped
-])
+@pytest.mark.parametrize(
+    "tests, failures, skipped, status",
+    [
+        (12, 0, 12, "skipped"),  # every test skipped (no CUDA): nothing was checked
+        (0, 0, 0, "skipped"),  # nothing collected at all
+        (12, 0, 11, None),  # one test ran and passed
+        (12, 1, 11, None),  # one ran and failed: a failure, never hidden as skipped
+    ],
+)
 def test_the_tests_parser_says_skipped_when_no_test_passed_or_failed(tmp_path, tests, failures, skipped, status):
     _junit(tmp_path, tests, failures, skipped)
     res = PARSERS["tests"](tmp_path)
@@ -116,8 +145,9 @@ def test_a_tests_stage_that_ran_no_test_reports_skipped_with_its_summary(tmp_pat
     assert res["status"] == "skipped" and res["summary"] == "0 passed, 0 failed, 12 skipped"
     assert "log_tail" not in res
     assert "| tests | skipped |" in markdown([res], False, 1.0)
-    res = gpu_check.run_stage("tests", [sys.executable, "-c", "raise SystemExit(1)"], 30, tmp_path,
-                              PARSERS["tests"], tmp_path)
+    res = gpu_check.run_stage(
+        "tests", [sys.executable, "-c", "raise SystemExit(1)"], 30, tmp_path, PARSERS["tests"], tmp_path
+    )
     assert res["status"] == "failed" and res["summary"] == "0 passed, 0 failed, 12 skipped"
     _junit(tmp_path, 12, skipped=11)
     res = gpu_check.run_stage("tests", [sys.executable, "-c", "pass"], 30, tmp_path, PARSERS["tests"], tmp_path)

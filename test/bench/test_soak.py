@@ -28,8 +28,9 @@ def test_chaos_soak_ci_length():
     inj, got = r["faults_injected"], r["faults_contained"]
     # every injected exception was contained (vision counts as prefill, a decode forward of a new
     # request as start); a NaN row that landed on a padding row of a static batch touches no request
-    assert sum(v for k, v in got.items() if k != "non_finite_logits") == \
-        sum(v for k, v in inj.items() if k != "non_finite_logits")
+    assert sum(v for k, v in got.items() if k != "non_finite_logits") == sum(
+        v for k, v in inj.items() if k != "non_finite_logits"
+    )
     assert 1 <= got["non_finite_logits"] <= inj["non_finite_logits"]
     assert r["leaked_blocks"] == 0 and r["idle_frames_with_blocks_in_use"] == 0
     assert r["invariant_checks"] >= 2000

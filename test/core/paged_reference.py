@@ -52,8 +52,9 @@ def paged_denoise_view(pool: KVPool, prefix_slots: list[list[int]] | list[Tensor
     return denoise_view(list(ks), list(vs), lengths, horizon)
 
 
-def flex_index(pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
-               pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def flex_index(
+    pool: KVTensors, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor, pos: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(kv_num, kv_idx, p2l, meta)`` of :func:`paged_block_mask` from ``[B, Wb]`` tables (tests
     and one-off callers; the engine builds them on the host)."""
     b, w = tables.shape

@@ -5,18 +5,41 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oxygen_ros.core.action_space import (ActionSpace, ActionSpaceConfig, aloha_gripper_from_angular,
-                                          aloha_gripper_from_angular_inv, aloha_gripper_to_angular,
-                                          check_against_checkpoint, checkpoint_convention)
+from oxygen_ros.core.action_space import (
+    ActionSpace,
+    ActionSpaceConfig,
+    aloha_gripper_from_angular,
+    aloha_gripper_from_angular_inv,
+    aloha_gripper_to_angular,
+    check_against_checkpoint,
+    checkpoint_convention,
+)
 from oxygen_ros.core.config import ConfigError
 
 J3 = ("shoulder", "elbow", "gripper")
-ALOHA = ("left_waist", "left_shoulder", "left_elbow", "left_forearm_roll", "left_wrist_angle", "left_wrist_rotate",
-         "left_gripper", "right_waist", "right_shoulder", "right_elbow", "right_forearm_roll", "right_wrist_angle",
-         "right_wrist_rotate", "right_gripper")
-ALOHA_SPACE = ActionSpaceConfig(kind="delta", absolute_joints=("left_gripper", "right_gripper"),
-                                flip_joints=("left_shoulder", "left_elbow", "right_shoulder", "right_elbow"),
-                                gripper_joints=("left_gripper", "right_gripper"), gripper_conversion="aloha")
+ALOHA = (
+    "left_waist",
+    "left_shoulder",
+    "left_elbow",
+    "left_forearm_roll",
+    "left_wrist_angle",
+    "left_wrist_rotate",
+    "left_gripper",
+    "right_waist",
+    "right_shoulder",
+    "right_elbow",
+    "right_forearm_roll",
+    "right_wrist_angle",
+    "right_wrist_rotate",
+    "right_gripper",
+)
+ALOHA_SPACE = ActionSpaceConfig(
+    kind="delta",
+    absolute_joints=("left_gripper", "right_gripper"),
+    flip_joints=("left_shoulder", "left_elbow", "right_shoulder", "right_elbow"),
+    gripper_joints=("left_gripper", "right_gripper"),
+    gripper_conversion="aloha",
+)
 
 
 def test_absolute_is_identity():
@@ -64,7 +87,7 @@ def test_aloha_gripper_conversions_hand_computed():
     assert aloha_gripper_from_angular_inv(aloha_gripper_from_angular(np.array(0.3))) == pytest.approx(0.3)
     # openpi _gripper_to_angular at 0.5: linear 0.03822 m -> asin((h^2 + l^2 - a^2) / (2 h l)) -> (rad - 0.5476) / 1.082
     lin = 0.5 * (0.05800 - 0.01844) + 0.01844
-    rad = np.arcsin((0.022 ** 2 + lin ** 2 - 0.036 ** 2) / (2 * 0.022 * lin))
+    rad = np.arcsin((0.022**2 + lin**2 - 0.036**2) / (2 * 0.022 * lin))
     assert aloha_gripper_to_angular(np.array(0.5)) == pytest.approx((rad - 0.5476) / (1.6296 - 0.5476))
 
 
@@ -92,14 +115,22 @@ def test_ee_delta_is_not_a_joint_command():
     np.testing.assert_array_equal(cmd.ee, np.ones((2, 7)))
 
 
-@pytest.mark.parametrize("cfg, match", [
-    (ActionSpaceConfig(kind="joint"), r"action_space.kind='joint'"),
-    (ActionSpaceConfig(absolute_joints=("gripper",)), r"action_space.absolute_joints.*only meaningful"),
-    (ActionSpaceConfig(kind="delta", absolute_joints=("wrist",)), r"action_space.absolute_joints: \['wrist'\] not in"),
-    (ActionSpaceConfig(gripper_conversion="aloha"), r"action_space.gripper_joints=\[\]"),
-    (ActionSpaceConfig(kind="velocity", gripper_joints=("gripper",), gripper_conversion="aloha"),
-     r"list these joints in absolute_joints"),
-])
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        (ActionSpaceConfig(kind="joint"), r"action_space.kind='joint'"),
+        (ActionSpaceConfig(absolute_joints=("gripper",)), r"action_space.absolute_joints.*only meaningful"),
+        (
+            ActionSpaceConfig(kind="delta", absolute_joints=("wrist",)),
+            r"action_space.absolute_joints: \['wrist'\] not in",
+        ),
+        (ActionSpaceConfig(gripper_conversion="aloha"), r"action_space.gripper_joints=\[\]"),
+        (
+            ActionSpaceConfig(kind="velocity", gripper_joints=("gripper",), gripper_conversion="aloha"),
+            r"list these joints in absolute_joints",
+        ),
+    ],
+)
 def test_bad_configs_name_the_parameter(cfg, match):
     with pytest.raises(ConfigError, match=match):
         ActionSpace(cfg, J3)
@@ -114,22 +145,32 @@ def test_non_finite_and_bad_shapes_refused():
 
 
 def lerobot_cfg(rel: bool, names=J3) -> dict:
-    return {"type": "pi05", "use_relative_actions": rel, "relative_exclude_joints": ["gripper"],
-            "action_feature_names": list(names)}
+    return {
+        "type": "pi05",
+        "use_relative_actions": rel,
+        "relative_exclude_joints": ["gripper"],
+        "action_feature_names": list(names),
+    }
 
 
 def test_checkpoint_convention_mismatch_fails_naming_both():
     where = "ckpt/config.json"
     conv = checkpoint_convention(lerobot_cfg(True))
-    with pytest.raises(ConfigError, match=r"action_space.kind='absolute' but ckpt/config.json says "
-                                          r"use_relative_actions=true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"action_space.kind='absolute' but ckpt/config.json says "
+        r"use_relative_actions=true",
+    ):
         check_against_checkpoint(ActionSpace(ActionSpaceConfig(), J3), conv, where)
     with pytest.raises(ConfigError, match=r"action_space.absolute_joints=\[\] .* keeps \['gripper'\] absolute"):
         check_against_checkpoint(ActionSpace(ActionSpaceConfig(kind="delta"), J3), conv, where)
-    check_against_checkpoint(ActionSpace(ActionSpaceConfig(kind="delta", absolute_joints=("gripper",)), J3), conv, where)
+    check_against_checkpoint(
+        ActionSpace(ActionSpaceConfig(kind="delta", absolute_joints=("gripper",)), J3), conv, where
+    )
     with pytest.raises(ConfigError, match=r"action_space.kind='delta' but .* use_relative_actions=false"):
-        check_against_checkpoint(ActionSpace(ActionSpaceConfig(kind="delta"), J3),
-                                 checkpoint_convention(lerobot_cfg(False)), where)
+        check_against_checkpoint(
+            ActionSpace(ActionSpaceConfig(kind="delta"), J3), checkpoint_convention(lerobot_cfg(False)), where
+        )
     check_against_checkpoint(ActionSpace(ActionSpaceConfig(), J3), checkpoint_convention(lerobot_cfg(False)), where)
     assert checkpoint_convention({"action_dim": 32}) is None  # openpi folders state nothing
     steps = [{"registry_name": "relative_actions_processor", "config": {"enabled": True, "exclude_joints": []}}]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from oxygen_ros.core.config import get_preset
+from oxygen_ros.core.model.ckpt_files import checkpoint_folder
 from oxygen_ros.core.model.ckpt_shapes import config_from_shapes
 from oxygen_ros.core.model.keymap import CheckpointError
-from oxygen_ros.core.model.ckpt_files import checkpoint_folder
 from oxygen_ros.core.model.weights import checkpoint_shapes, load_pretrained, random_pretrained, save_pretrained
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.tokenizer import build_tokenizer
@@ -49,7 +49,9 @@ def test_shapes_override_variant_names(tmp_path, model, layout):
     loaded, cfg, _, info = load_pretrained(tmp_path)
     assert (cfg.vision, cfg.vlm, cfg.expert, cfg.vocab_size) == (TINY.vision, TINY.vlm, TINY.expert, TINY.vocab_size)
     assert info.config_source == "config.json+oxygen_config.json"
-    assert "vlm.width: 2048 -> 64" in info.derived_from_shapes and "vision.num_heads: 16 -> 2" in info.derived_from_shapes
+    assert (
+        "vlm.width: 2048 -> 64" in info.derived_from_shapes and "vision.num_heads: 16 -> 2" in info.derived_from_shapes
+    )
     sd = model.state_dict()
     assert all(torch.equal(v, sd[k]) for k, v in loaded.state_dict().items())
 
@@ -80,9 +82,13 @@ def test_nonexistent_path_says_so(tmp_path):
     assert checkpoint_folder("pi05-tiny") is None and checkpoint_folder(tmp_path) == tmp_path
 
 
-@pytest.mark.parametrize("layout, expected", [
-    ("openpi", "assets/<asset_id>/norm_stats.json"),
-    ("lerobot", "policy_postprocessor_step_0_unnormalizer_processor.safetensors")])
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        ("openpi", "assets/<asset_id>/norm_stats.json"),
+        ("lerobot", "policy_postprocessor_step_0_unnormalizer_processor.safetensors"),
+    ],
+)
 def test_missing_norm_stats_name_the_files(tmp_path, model, layout, expected):
     save_pretrained(model, tmp_path, {}, layout=layout, tokenizer=build_tokenizer(TINY.vocab_size))
     with pytest.raises(CheckpointError) as e:
@@ -102,8 +108,11 @@ def test_bf16_keeps_siglip_embeddings_fp32(tmp_path, model):
     assert any("patch_embedding.weight" in n for n in fp32) and any("position_embedding.weight" in n for n in fp32)
     assert dt[next(n for n in dt if "encoder.layers.0.self_attn.q_proj.weight" in n)] == torch.bfloat16
     rng = np.random.default_rng(0)
-    obs = Observation(images={"base_0_rgb": rng.integers(0, 255, (40, 60, 3), dtype=np.uint8)},
-                      state=np.zeros(3, np.float32), instruction="pick")
+    obs = Observation(
+        images={"base_0_rgb": rng.integers(0, 255, (40, 60, 3), dtype=np.uint8)},
+        state=np.zeros(3, np.float32),
+        instruction="pick",
+    )
     noise = torch.randn(1, TINY.action_horizon, TINY.action_dim, generator=torch.Generator().manual_seed(0))
     a16, a32 = pol16.sample_actions(obs, noise=noise), pol32.sample_actions(obs, noise=noise)
     assert np.isfinite(a16).all() and np.abs(a16 - a32).max() < 0.1

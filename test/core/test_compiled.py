@@ -11,15 +11,19 @@ from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=6),
-         TaskConfig("narration", "", max_new_tokens=5))
+TASKS = (
+    TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=6),
+    TaskConfig("narration", "", max_new_tokens=5),
+)
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
 
 
 def obs(i: int, masked: bool = False) -> Observation:
     rng = np.random.default_rng(40 + i)
-    imgs = {"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-            "left_wrist_0_rgb": None if masked else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)}
+    imgs = {
+        "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        "left_wrist_0_rgb": None if masked else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+    }
     return Observation(images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick", stamp=i)
 
 
@@ -27,8 +31,12 @@ def run(policy, frames=5, **kw):
     """Frames alternate masked / unmasked wrist camera; greedy and seeded sampled requests."""
     # no queue age bound: a compile stall (tens of seconds on a loaded CPU) must not expire a queued
     # request in one run and not in the other — the equivalence is about outputs, not wall time
-    eng = Engine(policy, EngineConfig(tokens_per_frame=2, tasks=TASKS, max_running_requests=2,
-                                      num_denoise_steps=2, max_queue_wait_s=0.0, **kw))
+    eng = Engine(
+        policy,
+        EngineConfig(
+            tokens_per_frame=2, tasks=TASKS, max_running_requests=2, num_denoise_steps=2, max_queue_wait_s=0.0, **kw
+        ),
+    )
     acts, toks = [], {}
     for f in range(frames):
         eng.submit_observation(obs(f, masked=f % 2 == 1))
@@ -129,8 +137,9 @@ def test_compiled_equals_eager_in_every_mode(policy, mode):
 @pytest.mark.parametrize("compile_mode", ["default", "reduce-overhead"])
 def test_compiled_equals_eager_on_cuda(compile_mode):
     """Same check on CUDA: the whole denoise loop is one compiled (captured) region there."""
-    gpu = Pi05Policy.from_pretrained("pi05-tiny", device="cuda", dtype=torch.float32,
-                                     config_overrides={"image_slots": SLOTS})
+    gpu = Pi05Policy.from_pretrained(
+        "pi05-tiny", device="cuda", dtype=torch.float32, config_overrides={"image_slots": SLOTS}
+    )
     _, ea, et = run(gpu)
     eng, ca, ct = run(gpu, compile=compile_mode)
     assert eng.runner.denoise_loop and all(s.compiled for s in eng.runner.stages), eng.diagnostics()

@@ -19,9 +19,11 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=12),
-         TaskConfig("narration", "", max_new_tokens=6),
-         TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=4, every_n_frames=5))
+TASKS = (
+    TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=12),
+    TaskConfig("narration", "", max_new_tokens=6),
+    TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=4, every_n_frames=5),
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,9 +56,15 @@ def obs(i: int, bad: bool = False) -> Observation:
     state = rng.uniform(-1, 1, 14).astype(np.float32)
     if bad:
         state[3] = np.nan
-    return Observation(images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-                               "left_wrist_0_rgb": None if i % 2 else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
-                       state=state, instruction=f"stack the blocks {i % 3}", stamp=float(i))
+    return Observation(
+        images={
+            "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+            "left_wrist_0_rgb": None if i % 2 else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        },
+        state=state,
+        instruction=f"stack the blocks {i % 3}",
+        stamp=float(i),
+    )
 
 
 def make_plan(seed: int, frames: int, cancels: bool = True):
@@ -64,7 +72,7 @@ def make_plan(seed: int, frames: int, cancels: bool = True):
     "ok", "bad" (non-finite state: dropped) or "none" (a language-only frame))."""
     rng = np.random.default_rng(seed)
     plan, key = [], 0
-    for f in range(frames):
+    for _ in range(frames):
         reqs = []
         for _ in range(int(rng.integers(0, 3))):
             task = ["conversation", "narration"][int(rng.integers(0, 2))]
@@ -98,7 +106,7 @@ def run(policy, schedule: str, plan, check_each: bool, tail: int = 14, rtc=None,
     for f, (reqs, cancel, kind) in enumerate(plan + [([], [], "ok")] * tail):
         if kind != "none":
             eng.submit_observation(obs(f, kind == "bad"))
-        for (k, task, text, n, temp, seed) in reqs:
+        for k, task, text, n, temp, seed in reqs:
             keys[eng.submit_request(task, text, n, temperature=temp, seed=seed)] = k
         ids = {v: i for i, v in keys.items()}
         for k in cancel:
@@ -156,8 +164,9 @@ def test_concurrent_equals_serial_other_modes(policy, mode):
 def test_concurrent_equals_serial_with_rtc(policy, mode):
     """Real-time chunking in both schedules and every mode: the same guided chunks (a fixed delay:
     an auto delay follows measured latency, which no two runs share)."""
-    rtc = RTCConfig(enabled=True, inference_delay_mode="fixed", inference_delay=2, execution_horizon=8,
-                    control_period_s=0.25)  # stamps 1 s apart: the next chunk starts 4 rows in
+    rtc = RTCConfig(
+        enabled=True, inference_delay_mode="fixed", inference_delay=2, execution_horizon=8, control_period_s=0.25
+    )  # stamps 1 s apart: the next chunk starts 4 rows in
     plan = make_plan(3, 12)
     serial = run(policy, "serial", plan, True, mode=mode, rtc=rtc)
     assert_same(serial, run(policy, "concurrent", plan, True, mode=mode, rtc=rtc))
@@ -302,8 +311,9 @@ def test_schedule_metrics_in_both_schedules(policy):
             if f:
                 assert 0.0 <= m.extra["batcher_busy"] <= 1.0 and m.extra["chunk_interval"] > 0
         s = eng.meter.summary()
-        assert {"chunk_latency_language_s", "chunk_latency_no_language_s", "batcher_busy",
-                "tokens_per_frame"} <= set(s), schedule
+        assert {"chunk_latency_language_s", "chunk_latency_no_language_s", "batcher_busy", "tokens_per_frame"} <= set(
+            s
+        ), schedule
         eng.close()
 
 

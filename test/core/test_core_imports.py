@@ -14,8 +14,15 @@ from pathlib import Path
 
 import oxygen_ros.core
 
-ROS_PACKAGES = ("rclpy", "std_msgs", "sensor_msgs", "trajectory_msgs", "diagnostic_msgs", "builtin_interfaces",
-                "rosbags")
+ROS_PACKAGES = (
+    "rclpy",
+    "std_msgs",
+    "sensor_msgs",
+    "trajectory_msgs",
+    "diagnostic_msgs",
+    "builtin_interfaces",
+    "rosbags",
+)
 #: installed by ``make setup`` but not on a bare PyTorch stack (the GPU machine's: torch, transformers
 #: and its own needs, safetensors, tokenizers, numpy, pytest); the core imports without them
 NOT_ON_A_BARE_STACK = ("cv2", "psutil", "matplotlib")
@@ -87,8 +94,14 @@ print(json.dumps({"walked": walked, "imported": sorted(set(walked) | set(disk)),
 """.replace("ABSENT", repr(list(NOT_ON_A_BARE_STACK)))
     res = run_blocked(ROS_PACKAGES, body, absent=NOT_ON_A_BARE_STACK)
     assert res["leaked"] == []
-    must = {"oxygen_ros.core.policy", "oxygen_ros.core.model.pi05", "oxygen_ros.core.model.weights",
-            "oxygen_ros.core.engine.engine", "oxygen_ros.core.cache.kv_pool", "oxygen_ros.core.processing"}
+    must = {
+        "oxygen_ros.core.policy",
+        "oxygen_ros.core.model.pi05",
+        "oxygen_ros.core.model.weights",
+        "oxygen_ros.core.engine.engine",
+        "oxygen_ros.core.cache.kv_pool",
+        "oxygen_ros.core.processing",
+    }
     assert must <= set(res["imported"])
     assert set(res["imported"]) == modules_on_disk()
     assert "oxygen_ros.core.model.pi05" in res["walked"]
@@ -100,8 +113,11 @@ def test_every_core_module_is_in_a_regular_package():
     (ament_python / pip install), so ``import oxygen_ros.core.engine`` fails on the robot."""
     walked = {m.name for m in pkgutil.walk_packages(oxygen_ros.core.__path__, "oxygen_ros.core.")}
     walked.add("oxygen_ros.core")
-    missing_init = sorted(str(d.relative_to(REPO)) for d in {f.parent for f in (REPO / "oxygen_ros").rglob("*.py")}
-                          if not (d / "__init__.py").is_file())
+    missing_init = sorted(
+        str(d.relative_to(REPO))
+        for d in {f.parent for f in (REPO / "oxygen_ros").rglob("*.py")}
+        if not (d / "__init__.py").is_file()
+    )
     assert missing_init == [], f"folders without __init__.py: {missing_init}"
     assert modules_on_disk() <= walked, sorted(modules_on_disk() - walked)
 
@@ -127,19 +143,21 @@ def test_an_older_torch_is_refused_with_what_to_install():
 
     from oxygen_ros.core.model import MIN_TORCH, check_torch_version
 
-    check_torch_version('2.13.0+cpu')
-    check_torch_version('.'.join(map(str, MIN_TORCH)) + '.0')
-    for old in ('2.5.1+cu124', '1.13.1', 'garbage'):
-        with pytest.raises(ImportError, match=r'oxygen_ros needs torch >= 2.6, this environment has torch '):
+    check_torch_version("2.13.0+cpu")
+    check_torch_version(".".join(map(str, MIN_TORCH)) + ".0")
+    for old in ("2.5.1+cu124", "1.13.1", "garbage"):
+        with pytest.raises(ImportError, match=r"oxygen_ros needs torch >= 2.6, this environment has torch "):
             check_torch_version(old)
 
 
 def test_importing_the_model_under_an_older_torch_fails_at_once_naming_it():
     """The check runs on import of ``oxygen_ros.core.model`` (what the node, replay and norm_stats
     import first), with the installed torch's own version string."""
-    code = ("import torch; torch.__version__ = '2.5.1+cu124'\n"
-            "try:\n    import oxygen_ros.core.model.ckpt_files\n"
-            "except ImportError as e:\n    print(e)\nelse:\n    print('imported')\n")
+    code = (
+        "import torch; torch.__version__ = '2.5.1+cu124'\n"
+        "try:\n    import oxygen_ros.core.model.ckpt_files\n"
+        "except ImportError as e:\n    print(e)\nelse:\n    print('imported')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("oxygen_ros needs torch >= 2.6, this environment has torch 2.5.1+cu124: "), out.stdout

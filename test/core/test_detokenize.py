@@ -42,8 +42,7 @@ def test_random_streams(tok, skip):
     rng = random.Random(1234)
     n = len(tok)
     for _ in range(200):
-        ids = [rng.randrange(4, 260) if rng.random() < 0.4 else rng.randrange(n)
-               for _ in range(rng.randrange(1, 50))]
+        ids = [rng.randrange(4, 260) if rng.random() < 0.4 else rng.randrange(n) for _ in range(rng.randrange(1, 50))]
         deltas = stream(tok, ids, skip)
         assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip), ids
         assert not any(d.endswith("\ufffd") for d in deltas[:-1]), ids
@@ -83,10 +82,12 @@ def test_special_tokens(tok):
 def strip_first_space_variant(tok):
     """Same vocab with a Llama-style decoder that drops the leading space of the text."""
     inner = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-    inner.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                       decoders.Strip(" ", 1, 0)])
-    return PreTrainedTokenizerFast(tokenizer_object=inner, bos_token="<bos>", eos_token="<eos>",
-                                   clean_up_tokenization_spaces=False)
+    inner.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner, bos_token="<bos>", eos_token="<eos>", clean_up_tokenization_spaces=False
+    )
 
 
 def test_leading_space_across_pieces():

@@ -13,9 +13,11 @@ from oxygen_ros.core.policy import Pi05Policy, frame_noise
 from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
-         TaskConfig("narration", "", max_new_tokens=6),
-         TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=5, every_n_frames=0))
+TASKS = (
+    TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
+    TaskConfig("narration", "", max_new_tokens=6),
+    TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=5, every_n_frames=0),
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,19 +27,27 @@ def policy():
 
 def make_obs(i: int, masked_wrist: bool = False, instruction: str = "pick up the cube") -> Observation:
     rng = np.random.default_rng(100 + i)
-    imgs = {"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-            "left_wrist_0_rgb": None if masked_wrist else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-            "right_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)}
-    return Observation(images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32),
-                       instruction=instruction + " " * (i % 3), stamp=float(i))
+    imgs = {
+        "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        "left_wrist_0_rgb": None if masked_wrist else rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        "right_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+    }
+    return Observation(
+        images=imgs,
+        state=rng.uniform(-1, 1, 14).astype(np.float32),
+        instruction=instruction + " " * (i % 3),
+        stamp=float(i),
+    )
 
 
 # (frame, task, text, max_new_tokens, temperature, seed)
-PLAN = [(0, "conversation", "what do you see?", 12, 0.0, None),
-        (0, "narration", "", 6, 1.0, 7),
-        (1, "conversation", "where is the cube", 9, 1.0, 3),
-        (3, "conversation", "hi", 12, 0.0, None),
-        (3, "memory", "", 5, 1.0, 11)]
+PLAN = [
+    (0, "conversation", "what do you see?", 12, 0.0, None),
+    (0, "narration", "", 6, 1.0, 7),
+    (1, "conversation", "where is the cube", 9, 1.0, 3),
+    (3, "conversation", "hi", 12, 0.0, None),
+    (3, "memory", "", 5, 1.0, 11),
+]
 
 
 def run_plan(policy, mode, frames=10, rtc=None, **kw):
@@ -45,7 +55,7 @@ def run_plan(policy, mode, frames=10, rtc=None, **kw):
     actions, results, deltas, ids = [], {}, {}, {}
     for f in range(frames):
         eng.submit_observation(make_obs(f, masked_wrist=(f % 2 == 1)))
-        for (pf, task, text, n, temp, seed) in PLAN:
+        for pf, task, text, n, temp, seed in PLAN:
             if pf == f:
                 rid = eng.submit_request(task, text, n, temperature=temp, seed=seed)
                 ids[rid] = (pf, task, text, n, temp, seed)
@@ -78,8 +88,7 @@ def test_modes_agree_with_each_other_and_with_the_policy(policy):
         obs = make_obs(pf, masked_wrist=(pf % 2 == 1))
         tmpl = {t.name: t.template for t in TASKS}[task]
         prompt = tmpl.format(text=text, instruction=obs.instruction)
-        ref = policy.generate_text(obs, prompt, n, greedy=(temp == 0.0),
-                                   sampling=SamplingParams(temp, 0, seed))
+        ref = policy.generate_text(obs, prompt, n, greedy=(temp == 0.0), sampling=SamplingParams(temp, 0, seed))
         assert ref.token_ids == res.token_ids, rid
         assert ref.text == res.text
         texts.add(tuple(res.token_ids))
@@ -95,8 +104,9 @@ def test_modes_agree_with_each_other_and_with_the_policy(policy):
 def test_modes_agree_with_rtc_on(policy):
     """The mode-equivalence suite with real-time chunking: every mode guides the same chunks the
     same way (fixed delay), text untouched by it; frame 0 is the plain chunk (nothing to follow)."""
-    rtc = RTCConfig(enabled=True, schedule="exp", inference_delay_mode="fixed", inference_delay=1,
-                    control_period_s=0.25)
+    rtc = RTCConfig(
+        enabled=True, schedule="exp", inference_delay_mode="fixed", inference_delay=1, control_period_s=0.25
+    )
     runs = {m: run_plan(policy, m, rtc=rtc) for m in ("unified", "shared_kv", "isolated")}
     plain = run_plan(policy, "unified")
     for mode in ("shared_kv", "isolated"):
@@ -152,16 +162,24 @@ def test_history_independence(policy):
 def test_invariants_through_mixed_traffic_and_small_pool(policy):
     rng = np.random.default_rng(5)
     prefix_blocks = -(-policy.cfg.max_prefix_len // 8)
-    eng = Engine(policy, EngineConfig(tasks=TASKS, block_size=8, kv_blocks=2 * prefix_blocks + 6,
-                                      max_running_requests=4, max_queued_requests=2, tokens_per_frame=2))
+    eng = Engine(
+        policy,
+        EngineConfig(
+            tasks=TASKS,
+            block_size=8,
+            kv_blocks=2 * prefix_blocks + 6,
+            max_running_requests=4,
+            max_queued_requests=2,
+            tokens_per_frame=2,
+        ),
+    )
     statuses, live = {}, []
     stop_ids = tuple(int(x) for x in rng.choice(np.arange(4, 512), 40, replace=False))
     for f in range(60):
         eng.submit_observation(make_obs(f, masked_wrist=bool(f % 3 == 0)))
         for _ in range(int(rng.integers(0, 3))):
             n = int(rng.choice([3, 8, 40, 200]))
-            live.append(eng.submit_request("conversation", f"q{f}", n, temperature=1.0, seed=f,
-                                           stop_ids=stop_ids))
+            live.append(eng.submit_request("conversation", f"q{f}", n, temperature=1.0, seed=f, stop_ids=stop_ids))
         live = [i for i in live if eng.book.is_live(i)]
         if live and rng.random() < 0.2:
             eng.cancel(int(rng.choice(live)))
@@ -185,8 +203,7 @@ def test_invariants_through_mixed_traffic_and_small_pool(policy):
 
 def test_pool_full_queues_then_completes_intact(policy):
     prefix_blocks = -(-policy.cfg.max_prefix_len // 8)
-    eng = Engine(policy, EngineConfig(tasks=TASKS, block_size=8, kv_blocks=2 * prefix_blocks + 4,
-                                      tokens_per_frame=4))
+    eng = Engine(policy, EngineConfig(tasks=TASKS, block_size=8, kv_blocks=2 * prefix_blocks + 4, tokens_per_frame=4))
     eng.submit_observation(make_obs(0))
     ids = [eng.submit_request("conversation", "hello", 12) for _ in range(3)]  # 3 blocks each
     r = eng.step()
@@ -292,8 +309,7 @@ def test_request_before_any_observation_waits(policy):
 
 
 def test_adaptive_budget_uses_measured_costs(policy):
-    eng = Engine(policy, EngineConfig(decode_budget="adaptive", frame_deadline_s=10.0, max_decode_steps=5,
-                                      tasks=TASKS))
+    eng = Engine(policy, EngineConfig(decode_budget="adaptive", frame_deadline_s=10.0, max_decode_steps=5, tasks=TASKS))
     eng.submit_observation(make_obs(0))
     eng.submit_request("conversation", "x", 12)
     steps = []

@@ -5,12 +5,12 @@ rejected at submission with its reason, a request waiting too long expires with 
 import time
 
 import pytest
+from test_engine_faults import make_obs
 
 from oxygen_ros.core.config import EngineConfig, TaskConfig
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.policy import Pi05Policy
-from test_engine_faults import make_obs
 
 TASKS = (TaskConfig("conversation", "{text}", max_new_tokens=80),)
 
@@ -116,13 +116,16 @@ def test_an_over_long_ask_is_rejected_before_it_is_formatted_or_tokenized(policy
 def test_the_prompt_is_tokenized_in_the_submitting_thread_never_in_the_stepping_one(policy, monkeypatch):
     """As the node submits asks: with the instruction in force given, the prompt is built at once."""
     import threading
+
     seen = []
     original = policy.prompt.tokenize_continuation
-    monkeypatch.setattr(policy.prompt, "tokenize_continuation",
-                        lambda text: seen.append(threading.get_ident()) or original(text))
+    monkeypatch.setattr(
+        policy.prompt, "tokenize_continuation", lambda text: seen.append(threading.get_ident()) or original(text)
+    )
     eng = engine(policy)
-    asker = threading.Thread(target=lambda: eng.submit_request("conversation", "what do you see?", 4,
-                                                                instruction="pick up the cube"))
+    asker = threading.Thread(
+        target=lambda: eng.submit_request("conversation", "what do you see?", 4, instruction="pick up the cube")
+    )
     asker.start()
     asker.join()
     eng.submit_observation(make_obs(0))

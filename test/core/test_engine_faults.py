@@ -16,12 +16,18 @@ from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
-         TaskConfig("narration", "", max_new_tokens=6))
+TASKS = (
+    TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
+    TaskConfig("narration", "", max_new_tokens=6),
+)
 # (frame, task, text, max_new_tokens, temperature, seed); no admission at frame 4
-PLAN = [(0, "conversation", "what do you see?", 12, 0.0, None), (0, "narration", "", 6, 1.0, 7),
-        (1, "conversation", "where is the cube", 12, 1.0, 3), (2, "conversation", "hi", 12, 0.0, None),
-        (5, "narration", "", 6, 1.0, 5)]
+PLAN = [
+    (0, "conversation", "what do you see?", 12, 0.0, None),
+    (0, "narration", "", 6, 1.0, 7),
+    (1, "conversation", "where is the cube", 12, 1.0, 3),
+    (2, "conversation", "hi", 12, 0.0, None),
+    (5, "narration", "", 6, 1.0, 5),
+]
 FRAMES = 12
 
 
@@ -32,10 +38,13 @@ def policy():
 
 def make_obs(i: int) -> Observation:
     rng = np.random.default_rng(300 + i)
-    imgs = {"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-            "left_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)}
-    return Observation(images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32),
-                       instruction="pick up the cube", stamp=float(i))
+    imgs = {
+        "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        "left_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+    }
+    return Observation(
+        images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick up the cube", stamp=float(i)
+    )
 
 
 def run(policy, fault=None, on_action=None):
@@ -104,8 +113,10 @@ def test_decode_fault_fails_the_batch_with_the_error_and_releases_it(policy, ref
     failed = {e.id: e for e in frames[4].ended if e.status == RequestStatus.FAILED}
     assert set(failed) == set(flt.request_ids)
     assert all(f"failed in decode: RuntimeError: injected fault in {stage}" == e.reason for e in failed.values())
-    assert frames[4].metrics.blocks_in_use == frames[4].metrics.blocks_total - eng.pool.blocks.num_free \
-        and frames[4].metrics.blocks_in_use == 0  # the batch's blocks went back in the fault frame
+    assert (
+        frames[4].metrics.blocks_in_use == frames[4].metrics.blocks_total - eng.pool.blocks.num_free
+        and frames[4].metrics.blocks_in_use == 0
+    )  # the batch's blocks went back in the fault frame
     check_untouched(results, reference[1], set(flt.request_ids), min_compared=2)
 
 

@@ -9,8 +9,7 @@ from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=10),)
 
@@ -21,8 +20,13 @@ def _run(device: str, dtype: torch.dtype):
     rng = np.random.default_rng(0)
     acts, texts = [], {}
     for f in range(12):
-        eng.submit_observation(Observation(images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)},
-                                           state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="go"))
+        eng.submit_observation(
+            Observation(
+                images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)},
+                state=rng.uniform(-1, 1, 14).astype(np.float32),
+                instruction="go",
+            )
+        )
         if f < 6:
             eng.submit_request("conversation", f"q{f}", temperature=1.0, seed=f)
         r = eng.step()
@@ -63,8 +67,11 @@ def test_action_path_and_decode_step_never_sync_the_host_before_their_result():
     eng = Engine(policy, EngineConfig(tasks=TASKS, tokens_per_frame=1, block_size=8))
     eng.streams.host_sync = False
     rng = np.random.default_rng(1)
-    obs = Observation(images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)},
-                      state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="go")
+    obs = Observation(
+        images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)},
+        state=rng.uniform(-1, 1, 14).astype(np.float32),
+        instruction="go",
+    )
     eng.submit_observation(obs)
     eng.submit_request("conversation", "hello", temperature=1.0, seed=3)
     eng.step()  # admits the request: the next step is a plain decode step

@@ -23,15 +23,23 @@ def _rss_bytes() -> int:
 @pytest.mark.slow
 def test_three_thousand_frames_flat_memory():
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-    tasks = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=8),
-             TaskConfig("memory", "Memory: ", max_new_tokens=4, every_n_frames=10))
+    tasks = (
+        TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=8),
+        TaskConfig("memory", "Memory: ", max_new_tokens=4, every_n_frames=10),
+    )
     eng = Engine(policy, EngineConfig(tasks=tasks, tokens_per_frame=1, max_running_requests=8))
     rng = np.random.default_rng(0)
     images = [{"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)} for _ in range(4)]
     submitted, ended, samples = 0, {}, {}
     for f in range(3000):
-        eng.submit_observation(Observation(images=images[f % 4], state=rng.uniform(-1, 1, 14).astype(np.float32),
-                                           instruction="stack the blocks", stamp=f * 0.02))
+        eng.submit_observation(
+            Observation(
+                images=images[f % 4],
+                state=rng.uniform(-1, 1, 14).astype(np.float32),
+                instruction="stack the blocks",
+                stamp=f * 0.02,
+            )
+        )
         if f % 3 == 0 and f < 2980:
             eng.submit_request("conversation", f"step {f}", temperature=1.0, seed=f)
             submitted += 1

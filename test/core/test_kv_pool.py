@@ -3,14 +3,13 @@
 import random
 
 import torch
+from paged_reference import PagedPrefillView, paged_denoise_view
 
 from oxygen_ros.core.cache.block_pool import BlockTable
 from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView
-
-from paged_reference import PagedPrefillView, paged_denoise_view
 from oxygen_ros.core.config import get_preset
-from oxygen_ros.core.model.weights import random_pretrained
 from oxygen_ros.core.model.kv import DenseKVCache
+from oxygen_ros.core.model.weights import random_pretrained
 
 CFG = get_preset("pi05-tiny")
 
@@ -72,8 +71,11 @@ def test_paged_prefill_extend_denoise_match_dense():
     ev2 = torch.ones(b, 1, dtype=torch.bool)
     past = [tables[i].slots + own[i].slots for i in range(b)]
     new = [own[i].append(1) for i in range(b)]
-    assert torch.allclose(m.decode_step(dense.extend_view(ev2), ids2, ev2),
-                          m.decode_step(PagedExtendView.from_lists(pool, past, new, ev2), ids2, ev2), atol=1e-5)
+    assert torch.allclose(
+        m.decode_step(dense.extend_view(ev2), ids2, ev2),
+        m.decode_step(PagedExtendView.from_lists(pool, past, new, ev2), ids2, ev2),
+        atol=1e-5,
+    )
 
 
 def test_bytes_per_block():

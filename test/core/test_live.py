@@ -14,17 +14,23 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=8, temperature=0.0),
-         TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=4, every_n_frames=0))
+TASKS = (
+    TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=8, temperature=0.0),
+    TaskConfig("memory", "Memory of {instruction}: ", max_new_tokens=4, every_n_frames=0),
+)
 BASE = EngineConfig(tokens_per_frame=2, tasks=TASKS)
 RTC = RTCConfig(enabled=True, inference_delay_mode="fixed", inference_delay=1, execution_horizon=6)
 
 #: One changed value per live field (engine, task, RTC): (label, engine config, rtc config).
 CHANGES = [
     ("engine.tokens_per_frame", dataclasses.replace(BASE, tokens_per_frame=5), RTC),
-    ("engine.decode_budget+min/max_decode_steps+frame_deadline_s",
-     dataclasses.replace(BASE, decode_budget="adaptive", min_decode_steps=3, max_decode_steps=3,
-                         frame_deadline_s=10.0), RTC),
+    (
+        "engine.decode_budget+min/max_decode_steps+frame_deadline_s",
+        dataclasses.replace(
+            BASE, decode_budget="adaptive", min_decode_steps=3, max_decode_steps=3, frame_deadline_s=10.0
+        ),
+        RTC,
+    ),
     ("engine.max_queued_requests", dataclasses.replace(BASE, max_queued_requests=1), RTC),
     ("engine.max_queue_wait_s", dataclasses.replace(BASE, max_queue_wait_s=1e-6), RTC),  # every ask expires
     ("engine.max_overtakes", dataclasses.replace(BASE, max_overtakes=0), RTC),
@@ -33,11 +39,17 @@ CHANGES = [
     ("tasks.conversation.max_new_tokens", replace_task(BASE, "conversation", max_new_tokens=3), RTC),
     ("tasks.conversation.template", replace_task(BASE, "conversation", template="Q: {text} A:"), RTC),
     ("tasks.memory.every_n_frames", replace_task(BASE, "memory", every_n_frames=2), RTC),
-    ("rtc.schedule+execution_horizon+max_guidance_weight",
-     BASE, dataclasses.replace(RTC, schedule="exp", execution_horizon=4, max_guidance_weight=2.0)),
+    (
+        "rtc.schedule+execution_horizon+max_guidance_weight",
+        BASE,
+        dataclasses.replace(RTC, schedule="exp", execution_horizon=4, max_guidance_weight=2.0),
+    ),
     ("rtc.inference_delay", BASE, dataclasses.replace(RTC, inference_delay=3)),
-    ("rtc.inference_delay_mode+percentile+window",
-     BASE, dataclasses.replace(RTC, inference_delay_mode="auto", delay_percentile=50.0, delay_window=3)),
+    (
+        "rtc.inference_delay_mode+percentile+window",
+        BASE,
+        dataclasses.replace(RTC, inference_delay_mode="auto", delay_percentile=50.0, delay_window=3),
+    ),
 ]
 
 
@@ -48,10 +60,13 @@ def policy():
 
 def obs(i: int) -> Observation:
     rng = np.random.default_rng(300 + i)
-    imgs = {s: rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
-            for s in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")}
-    return Observation(images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32),
-                       instruction="pick up the cube", stamp=0.02 * i)
+    imgs = {
+        s: rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+        for s in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    }
+    return Observation(
+        images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick up the cube", stamp=0.02 * i
+    )
 
 
 def run(engine: Engine, frames: int = 6) -> tuple[list, dict, list]:
@@ -130,12 +145,15 @@ def test_a_live_change_applies_from_the_next_frame(policy):
     eng.close()
 
 
-@pytest.mark.parametrize("change,names", [
-    (dict(mode="isolated"), ["engine.mode"]),
-    (dict(kv_blocks=99, block_size=8), ["engine.block_size", "engine.kv_blocks"]),
-    (dict(compile="default", num_denoise_steps=3), ["engine.num_denoise_steps", "engine.compile"]),
-    (dict(max_top_k=16), ["engine.max_top_k"]),
-])
+@pytest.mark.parametrize(
+    "change,names",
+    [
+        (dict(mode="isolated"), ["engine.mode"]),
+        (dict(kv_blocks=99, block_size=8), ["engine.block_size", "engine.kv_blocks"]),
+        (dict(compile="default", num_denoise_steps=3), ["engine.num_denoise_steps", "engine.compile"]),
+        (dict(max_top_k=16), ["engine.max_top_k"]),
+    ],
+)
 def test_settings_sized_at_construction_are_refused_by_name(change, names):
     with pytest.raises(ConfigError) as e:
         live_configs(BASE, dataclasses.replace(BASE, **change), RTC, None)

@@ -115,7 +115,7 @@ def test_joint_forward_ignores_invalid_prefix_tokens_and_matches_openpi_layout(t
     # Sensitivity: if the masked slot were treated as valid, row 0 would change.
     emb_u, valid_u = unpacked_prefix(m, pixels, im, tok, tm, garbage=1.0)
     valid_bad = valid_u.clone()
-    valid_bad[0, N_TOK:2 * N_TOK] = True
+    valid_bad[0, N_TOK : 2 * N_TOK] = True
     assert (m.forward_joint(emb_u, valid_bad, x_t, t)[0] - ref[0]).abs().max() > 1e-4
 
 
@@ -210,7 +210,7 @@ def test_ragged_multi_token_extend_equals_recomputation(tiny_model, prefix, lm_r
     fed = [cont[0, :3].tolist(), cont[1].tolist()]
     for step in range(3):
         for r in range(2):
-            ref = lm_reference(m, emb[r:r + 1], valid[r:r + 1], torch.tensor([fed[r]]))
+            ref = lm_reference(m, emb[r : r + 1], valid[r : r + 1], torch.tensor([fed[r]]))
             assert (logits[r] - ref[0]).abs().max() <= 1e-4, (step, r)
         nxt = logits.argmax(-1)
         for r in range(2):
@@ -232,7 +232,7 @@ def test_prefix_kv_unchanged_by_actions_and_text_decode(tiny_model, prefix):
     m.prefill(emb, valid, cache.prefill_view(valid))
     before_k = [k.clone() for k in cache.k]
     before_v = [v.clone() for v in cache.v]
-    assert all(float(k[r, :n[r]].abs().max()) > 0 for k in before_k for r in range(2))  # really written
+    assert all(float(k[r, : n[r]].abs().max()) > 0 for k in before_k for r in range(2))  # really written
     noise = torch.randn(2, H, A, generator=torch.Generator().manual_seed(6))
     assert torch.isfinite(m.sample_actions(cache.denoise_view(H), noise, TINY.num_denoise_steps)).all()
     assert cache.lengths.tolist() == n
@@ -244,9 +244,9 @@ def test_prefix_kv_unchanged_by_actions_and_text_decode(tiny_model, prefix):
         tok = m.decode_step(cache.extend_view(one), tok, one).argmax(-1, keepdim=True)
     for li in range(TINY.vlm.depth):
         for r in range(2):
-            assert torch.equal(cache.k[li][r, :n[r]], before_k[li][r, :n[r]]), (li, r)
-            assert torch.equal(cache.v[li][r, :n[r]], before_v[li][r, :n[r]]), (li, r)
-            new = cache.k[li][r, n[r]:n[r] + 6]
+            assert torch.equal(cache.k[li][r, : n[r]], before_k[li][r, : n[r]]), (li, r)
+            assert torch.equal(cache.v[li][r, : n[r]], before_v[li][r, : n[r]]), (li, r)
+            new = cache.k[li][r, n[r] : n[r] + 6]
             assert float(new.abs().min(dim=-1).values.max()) > 0  # decode wrote right after the prefix
     assert cache.lengths.tolist() == [n[0] + 6, n[1] + 6]
 
@@ -274,7 +274,7 @@ def test_masked_camera_slot_is_invisible(tiny_model):
         assert torch.equal(a, b)
     # Even if the masked slot's tokens were computed (as openpi does on a blank image), they are dropped.
     img = m.embed_images(pixels, im)
-    img[0, N_TOK:2 * N_TOK] = 50.0 * torch.randn(N_TOK, TINY.vlm.width)
+    img[0, N_TOK : 2 * N_TOK] = 50.0 * torch.randn(N_TOK, TINY.vlm.width)
     for a, b in zip(base, run(pixels, image_embeds=img)):
         assert torch.equal(a, b)
     unmasked = pixels.clone()
@@ -301,8 +301,9 @@ def test_text_starts_from_last_valid_prefix_token(tiny_model, lm_reference):
     # Inside a batch with a longer second row (row 0 gets trailing padding in the packed prefix).
     px, im, tok, tm = make_inputs(seed=8, pad_to=25, prompt_lens=(20,))
     px2, im2, tok2, tm2 = make_inputs(seed=9, pad_to=25, prompt_lens=(25,), image_masks=IMAGE_MASKS[1:])
-    emb, valid = m.embed_prefix(torch.cat([px, px2]), torch.cat([im, im2]), torch.cat([tok, tok2]),
-                                torch.cat([tm, tm2]))
+    emb, valid = m.embed_prefix(
+        torch.cat([px, px2]), torch.cat([im, im2]), torch.cat([tok, tok2]), torch.cat([tm, tm2])
+    )
     assert not valid[0].all()
     batched = m.logits(m.prefill(emb, valid, new_cache(valid).prefill_view(valid)))
     assert (batched[0] - logits[0][0]).abs().max() <= 1e-5
@@ -311,8 +312,12 @@ def test_text_starts_from_last_valid_prefix_token(tiny_model, lm_reference):
     emb_u, valid_u = unpacked_prefix(m, px, im, tok, tm)
     ref = lm_reference(m, emb_u, valid_u, torch.zeros(1, 0, dtype=torch.long))
     assert (ref - logits[1]).abs().max() <= 1e-5
-    h = m.runner([m.vlm], [emb_u], [None], SelfView(prefix_positions(valid_u),
-                                                    valid_u[:, None, :].expand(-1, valid_u.shape[1], -1)))[0]
+    h = m.runner(
+        [m.vlm],
+        [emb_u],
+        [None],
+        SelfView(prefix_positions(valid_u), valid_u[:, None, :].expand(-1, valid_u.shape[1], -1)),
+    )[0]
     emb_p, valid_p = m.embed_prefix(px, im, tok, tm)
     hidden = m.prefill(emb_p, valid_p, new_cache(valid_p).prefill_view(valid_p))
     last_valid = int(torch.nonzero(valid_u[0])[-1])

@@ -13,8 +13,10 @@ from oxygen_ros.core.model.sampling import SamplingParams
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=7),
-         TaskConfig(name="subtask", template="Task: {instruction}. Subtask: ", max_new_tokens=9, own_prefix=True))
+TASKS = (
+    TaskConfig(name="conversation", template="Question: {text}\nAnswer: ", max_new_tokens=7),
+    TaskConfig(name="subtask", template="Task: {instruction}. Subtask: ", max_new_tokens=9, own_prefix=True),
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +26,16 @@ def policy():
 
 def obs(i: int) -> Observation:
     rng = np.random.default_rng(7 + i)
-    return Observation(images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-                               "left_wrist_0_rgb": None,
-                               "right_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
-                       state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="stack the blocks", stamp=float(i))
+    return Observation(
+        images={
+            "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+            "left_wrist_0_rgb": None,
+            "right_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
+        },
+        state=rng.uniform(-1, 1, 14).astype(np.float32),
+        instruction="stack the blocks",
+        stamp=float(i),
+    )
 
 
 @pytest.mark.parametrize("mode", ["unified", "shared_kv", "isolated"])

@@ -5,12 +5,11 @@ import random
 
 import pytest
 import torch
+from paged_reference import PagedPrefillView, flex_index
 
 from oxygen_ros.core.cache.block_pool import BlockTable
 from oxygen_ros.core.cache.kv_pool import KVPool, PagedExtendView
 from oxygen_ros.core.cache.paged import BlockTableFlexView, BlockTableGatherView
-
-from paged_reference import PagedPrefillView, flex_index
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model.weights import random_pretrained
 
@@ -36,7 +35,9 @@ def _setup(model, pool):
         emb = torch.randn(1, n, CFG.vlm.width)
         t = BlockTable(pool.blocks)
         slots = t.append(n)
-        model.prefill(emb, torch.ones(1, n, dtype=torch.bool), PagedPrefillView(pool, torch.ones(1, n, dtype=torch.bool), [slots]))
+        model.prefill(
+            emb, torch.ones(1, n, dtype=torch.bool), PagedPrefillView(pool, torch.ones(1, n, dtype=torch.bool), [slots])
+        )
         prefixes.append(t)
     rows = []
     for pi, own_n in ((0, 0), (0, 3), (1, 5)):
@@ -61,7 +62,10 @@ def _tensors(pool, rows, width, pad_rows=0):
     for _ in range(pad_rows):
         tables.append([pool.null_block] * width)
         nblk.append(0), plen.append(0), align.append(0), pos.append(0)
-    t = lambda x: torch.tensor(x, dtype=torch.long)
+
+    def t(x):
+        return torch.tensor(x, dtype=torch.long)
+
     return t(tables), t(nblk), t(plen), t(align), t(pos)
 
 
@@ -82,12 +86,14 @@ def test_flex_and_gather_views_equal_the_slot_list_reference(pad_rows):
     tb, nb, pl, al, ps = _tensors(pools[1], rows[1], width, pad_rows)
     gather = model.decode_step(BlockTableGatherView(pools[1], tb, pl, al, ps), ids, None)
     tb, nb, pl, al, ps = _tensors(pools[2], rows[2], width, pad_rows)
-    flex = model.decode_step(BlockTableFlexView(pools[2], tb, flex_index(pools[2], tb, nb, pl, al, ps), pl, al, ps), ids, None)
+    flex = model.decode_step(
+        BlockTableFlexView(pools[2], tb, flex_index(pools[2], tb, nb, pl, al, ps), pl, al, ps), ids, None
+    )
     assert torch.isfinite(gather).all() and torch.isfinite(flex).all()
     assert torch.allclose(ref, gather[:3], atol=1e-5)
     assert torch.allclose(ref, flex[:3], atol=1e-5)
     # the new token's K/V landed in the same physical slots in all three pools
-    for (p0, o0), (p1, o1), (p2, o2) in zip(*rows):
+    for (_, o0), _, _ in zip(*rows):
         s = o0.slot(o0.num_tokens - 1)
         assert torch.allclose(pools[0].k[:, s], pools[1].k[:, s], atol=1e-6)
         assert torch.allclose(pools[0].k[:, s], pools[2].k[:, s], atol=1e-6)

@@ -48,7 +48,9 @@ def folder(tmp_path_factory) -> Path:
     dst = tmp_path_factory.mktemp("ckpt") / "tiny_lerobot_pi05"
     shutil.copytree(CKPT, dst)
     dims = json.loads((CKPT / "tiny_model_dims.json").read_text())
-    (dst / "oxygen_config.json").write_text(json.dumps({"vision": {"num_heads": dims["vision"]["num_attention_heads"]}}))
+    (dst / "oxygen_config.json").write_text(
+        json.dumps({"vision": {"num_heads": dims["vision"]["num_attention_heads"]}})
+    )
     return dst
 
 
@@ -79,10 +81,21 @@ def test_dimensions_from_tensor_shapes(policy, meta):
         for f in ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads", "head_dim"):
             assert getattr(getattr(cfg, own), f) == real[key][f], (own, f)
     v = real["vision"]
-    assert (cfg.vision.hidden_size, cfg.vision.num_layers, cfg.vision.num_heads, cfg.vision.intermediate_size,
-            cfg.vision.patch_size, cfg.vision.image_size) == (
-        v["hidden_size"], v["num_hidden_layers"], v["num_attention_heads"], v["intermediate_size"],
-        v["patch_size"], v["image_size"])
+    assert (
+        cfg.vision.hidden_size,
+        cfg.vision.num_layers,
+        cfg.vision.num_heads,
+        cfg.vision.intermediate_size,
+        cfg.vision.patch_size,
+        cfg.vision.image_size,
+    ) == (
+        v["hidden_size"],
+        v["num_hidden_layers"],
+        v["num_attention_heads"],
+        v["intermediate_size"],
+        v["patch_size"],
+        v["image_size"],
+    )
     assert cfg.vocab_size == real["vocab_size"] and cfg.action_horizon == 10 and cfg.max_token_len == 48
 
 

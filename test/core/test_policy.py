@@ -28,8 +28,10 @@ def policy() -> Pi05Policy:
 def make_obs(seed: int = 0, dim: int = ROBOT_DIM, instruction: str = "pick up the red cube", **images) -> Observation:
     """Base and left-wrist cameras of different sizes (right wrist missing), a random state."""
     rng = np.random.default_rng(seed)
-    imgs = {"base_0_rgb": rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
-            "left_wrist_0_rgb": rng.integers(0, 256, (30, 30, 3), dtype=np.uint8)}
+    imgs = {
+        "base_0_rgb": rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
+        "left_wrist_0_rgb": rng.integers(0, 256, (30, 30, 3), dtype=np.uint8),
+    }
     imgs.update(images)
     return Observation(images=imgs, state=rng.uniform(-0.8, 0.8, dim), instruction=instruction)
 
@@ -67,8 +69,10 @@ def test_sample_actions_in_robot_units_match_uncached_reference(policy):
     integration over uncached joint forwards on openpi's layout), (a + 1)/2·(q99 − q01 + 1e-6) + q01."""
     q01 = np.array([-3.0, 0.0, 10.0, -0.5, 1.0, 2.0, -100.0], np.float32)
     q99 = np.array([3.0, 0.1, 20.0, 0.5, 1.0, 4.0, 100.0], np.float32)  # dim 4 is zero-width
-    stats = {"state": NormStats.identity(7),
-             "actions": NormStats(mean=(q01 + q99) / 2, std=np.ones(7, np.float32), q01=q01, q99=q99)}
+    stats = {
+        "state": NormStats.identity(7),
+        "actions": NormStats(mean=(q01 + q99) / 2, std=np.ones(7, np.float32), q01=q01, q99=q99),
+    }
     pol = Pi05Policy(policy.model, policy.tokenizer, stats)
     obs = make_obs(seed=3, dim=7)
     noise = noise_of(pol, 3)
@@ -141,8 +145,10 @@ def test_generate_text_matches_uncached_greedy_reference(policy, lm_reference, p
 def test_continuation_prompt_changes_the_text(policy):
     """The continuation prompt is really used: different prompts give different first tokens here."""
     obs = make_obs(seed=7)
-    firsts = {policy.generate_text(obs, prompt=p, max_new_tokens=1).token_ids[0]
-              for p in ("", "Describe the scene:", "What is the robot holding?", "Task done?")}
+    firsts = {
+        policy.generate_text(obs, prompt=p, max_new_tokens=1).token_ids[0]
+        for p in ("", "Describe the scene:", "What is the robot holding?", "Task done?")
+    }
     assert len(firsts) >= 2
 
 
@@ -200,15 +206,21 @@ def test_stop_ids_and_eos_end_generation(policy):
 
 # ------------------------------------------------------------------------------------ errors
 BAD_OBSERVATIONS = {
-    "nan_state": (lambda o: setattr(o, "state", np.where(np.arange(ROBOT_DIM) == 3, np.nan, o.state)),
-                  r"state\[3\] is not finite"),
+    "nan_state": (
+        lambda o: setattr(o, "state", np.where(np.arange(ROBOT_DIM) == 3, np.nan, o.state)),
+        r"state\[3\] is not finite",
+    ),
     "wrong_state_length": (lambda o: setattr(o, "state", o.state[:-1]), rf"state must have shape \[{ROBOT_DIM}\]"),
-    "unknown_slot": (lambda o: o.images.__setitem__("top_cam", o.images["base_0_rgb"]),
-                     r"unknown image slot\(s\) \['top_cam'\]"),
+    "unknown_slot": (
+        lambda o: o.images.__setitem__("top_cam", o.images["base_0_rgb"]),
+        r"unknown image slot\(s\) \['top_cam'\]",
+    ),
     "no_image": (lambda o: o.images.clear(), "no image given"),
     "all_slots_none": (lambda o: o.images.update({k: None for k in o.images}), "no image given"),
-    "float_image_out_of_range": (lambda o: o.images.__setitem__("base_0_rgb", np.full((20, 20, 3), 2.0, np.float32)),
-                                 r"base_0_rgb.*must be in \[0, 1\]"),
+    "float_image_out_of_range": (
+        lambda o: o.images.__setitem__("base_0_rgb", np.full((20, 20, 3), 2.0, np.float32)),
+        r"base_0_rgb.*must be in \[0, 1\]",
+    ),
     "grey_image": (lambda o: o.images.__setitem__("base_0_rgb", np.zeros((20, 20), np.uint8)), r"\[H, W, 3\]"),
 }
 

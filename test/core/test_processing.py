@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from oxygen_ros.core.config import IMAGE_SLOTS
-from oxygen_ros.core.processing import (InvalidInputError, NonFiniteActionError, Normalizer, prepare_images,
-                                        resize_with_pad)
+from oxygen_ros.core.processing import (
+    InvalidInputError,
+    NonFiniteActionError,
+    Normalizer,
+    prepare_images,
+    resize_with_pad,
+)
 from oxygen_ros.core.prompt import PromptTokenizer, PromptTooLongError, discretize_state, format_template
 from oxygen_ros.core.tokenizer import build_tokenizer
 from oxygen_ros.core.types import NormStats
@@ -26,6 +31,7 @@ def tok():
 
 
 # ------------------------------------------------------------------------------------------- images
+
 
 def red(h, w, dtype=np.uint8):
     img = np.zeros((h, w, 3), dtype)
@@ -81,21 +87,24 @@ def test_resize_matches_opencv_inter_linear(hw):
         ref = cv2.resize(src, (rw, rh), interpolation=cv2.INTER_LINEAR).astype(np.float32)
         ref = ref * (2 / 255) - 1 if src.dtype == np.uint8 else np.clip(ref, 0, 1) * 2 - 1
         out = resize_with_pad(src, size)
-        np.testing.assert_allclose(out[top:top + rh, left:left + rw], ref, atol=tol)
-        assert (out[:top] == -1).all() and (out[top + rh:] == -1).all()
+        np.testing.assert_allclose(out[top : top + rh, left : left + rw], ref, atol=tol)
+        assert (out[:top] == -1).all() and (out[top + rh :] == -1).all()
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros((10, 10), np.uint8), "shape"),
-    (np.zeros((10, 10, 4), np.uint8), "shape"),
-    (np.zeros((0, 10, 3), np.uint8), "empty"),
-    (np.zeros((10, 10, 3), np.int16), "dtype"),
-    (np.zeros((10, 10, 3), bool), "dtype"),
-    (np.full((10, 10, 3), np.nan, np.float32), "NaN"),
-    (np.full((10, 10, 3), 200.0, np.float32), "0..255"),
-    (np.full((10, 10, 3), -0.5, np.float32), r"\[0, 1\]"),
-    ([[[0, 0, 0]]], "numpy"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros((10, 10), np.uint8), "shape"),
+        (np.zeros((10, 10, 4), np.uint8), "shape"),
+        (np.zeros((0, 10, 3), np.uint8), "empty"),
+        (np.zeros((10, 10, 3), np.int16), "dtype"),
+        (np.zeros((10, 10, 3), bool), "dtype"),
+        (np.full((10, 10, 3), np.nan, np.float32), "NaN"),
+        (np.full((10, 10, 3), 200.0, np.float32), "0..255"),
+        (np.full((10, 10, 3), -0.5, np.float32), r"\[0, 1\]"),
+        ([[[0, 0, 0]]], "numpy"),
+    ],
+)
 def test_resize_rejects(bad, match):
     with pytest.raises(InvalidInputError, match=match):
         resize_with_pad(bad, 56)
@@ -120,6 +129,7 @@ def test_prepare_images_errors():
 
 
 # ------------------------------------------------------------------------------------ normalisation
+
 
 def test_normalize_state_formula():
     n = Normalizer(stats([0, -2], [10, 2]), stats([0], [1]))
@@ -201,10 +211,62 @@ def test_bad_stats_rejected():
 
 STATE = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, -1.01, 1.01], np.float32)
 # Checked by hand against the vocabulary: pieces spell the text below, BOS first, pad 0.
-EXPECTED_PIECES = ["<bos>", "Task:", "▁pick", "▁up", "▁the", "▁re", "d", "▁cube", ",", "▁State:", "▁", "0",
-                   "▁6", "4", "▁12", "8", "▁19", "2", "▁25", "5", "▁", "0", "▁25", "5", ";\nAction:", "▁"]
-EXPECTED_IDS = [2, 381, 511, 452, 361, 451, 329, 462, 273, 387, 356, 277, 392, 281, 398, 285, 390, 279, 417,
-                282, 356, 277, 417, 282, 380, 356]
+EXPECTED_PIECES = [
+    "<bos>",
+    "Task:",
+    "▁pick",
+    "▁up",
+    "▁the",
+    "▁re",
+    "d",
+    "▁cube",
+    ",",
+    "▁State:",
+    "▁",
+    "0",
+    "▁6",
+    "4",
+    "▁12",
+    "8",
+    "▁19",
+    "2",
+    "▁25",
+    "5",
+    "▁",
+    "0",
+    "▁25",
+    "5",
+    ";\nAction:",
+    "▁",
+]
+EXPECTED_IDS = [
+    2,
+    381,
+    511,
+    452,
+    361,
+    451,
+    329,
+    462,
+    273,
+    387,
+    356,
+    277,
+    392,
+    281,
+    398,
+    285,
+    390,
+    279,
+    417,
+    282,
+    356,
+    277,
+    417,
+    282,
+    380,
+    356,
+]
 
 
 def test_state_bin_edges():

@@ -32,8 +32,11 @@ def test_prefix_prompt_ids_match_the_reference(tok):
 def test_no_state_format_is_openpi_pi0_format(tok):
     pt = PromptTokenizer(tok, 48, discrete_state=False)
     ids, mask = pt.tokenize_prompt("pick_up the cube\n", np.zeros(8, np.float32))
-    want = [tok.bos_token_id] + tok.encode("pick up the cube", add_special_tokens=False) + \
-        tok.encode("\n", add_special_tokens=False)
+    want = (
+        [tok.bos_token_id]
+        + tok.encode("pick up the cube", add_special_tokens=False)
+        + tok.encode("\n", add_special_tokens=False)
+    )
     assert ids[: len(want)].tolist() == want and int(mask.sum()) == len(want)
     assert "State" not in tok.decode(ids[mask].tolist())
 

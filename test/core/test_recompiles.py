@@ -21,14 +21,17 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
-TASKS = (TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=5),
-         TaskConfig("memory", "", max_new_tokens=3, own_prefix=True))
+TASKS = (
+    TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=5),
+    TaskConfig("memory", "", max_new_tokens=3, own_prefix=True),
+)
 
 
 @pytest.fixture(scope="module")
 def policy():
-    return Pi05Policy.from_pretrained("pi05-tiny", device="cpu", config_overrides={"image_slots": SLOTS},
-                                      prompt_overflow="truncate")
+    return Pi05Policy.from_pretrained(
+        "pi05-tiny", device="cpu", config_overrides={"image_slots": SLOTS}, prompt_overflow="truncate"
+    )
 
 
 @pytest.fixture
@@ -53,14 +56,17 @@ def no_recompile():
 
 def _obs(f: int, instruction: str, cameras: int) -> Observation:
     rng = np.random.default_rng(f)
-    imgs = {s: rng.integers(0, 256, (30, 40, 3), dtype=np.uint8) if i < cameras else None
-            for i, s in enumerate(SLOTS)}
+    imgs = {s: rng.integers(0, 256, (30, 40, 3), dtype=np.uint8) if i < cameras else None for i, s in enumerate(SLOTS)}
     return Observation(images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32), instruction=instruction, stamp=f)
 
 
 def _expected_graphs(eng) -> dict[str, int]:
-    return {"vision": len(SLOTS), "prefill": len(SLOTS), "denoise": len(SLOTS),
-            "decode": len(eng.runner.buffers.buckets)}
+    return {
+        "vision": len(SLOTS),
+        "prefill": len(SLOTS),
+        "denoise": len(SLOTS),
+        "decode": len(eng.runner.buffers.buckets),
+    }
 
 
 @pytest.mark.parametrize("mode", ["unified", "shared_kv", "isolated"])
@@ -69,8 +75,9 @@ def test_warmup_compiles_one_full_graph_per_shape_in_every_mode(policy, fullgrap
     exactly those: vision / prefill / denoise one per camera count, decode one per batch bucket.
     The first denoise step's input (the frame noise) guards like every later step's: one denoise
     graph per camera count, not two."""
-    eng = make_engine(policy, EngineConfig(mode=mode, tasks=TASKS, max_running_requests=3, num_denoise_steps=2,
-                                           compile="default"))
+    eng = make_engine(
+        policy, EngineConfig(mode=mode, tasks=TASKS, max_running_requests=3, num_denoise_steps=2, compile="default")
+    )
     eng.warmup()
     try:
         assert {s.name: s.graphs for s in eng.runner.stages} == _expected_graphs(eng)
@@ -110,8 +117,7 @@ def _mixed_workload(eng) -> None:
         obs = _obs(f, texts[f % len(texts)], cameras=1 + f % 3)
         eng.submit_observation(_exact_fill(eng.policy, obs) if f % 5 == 4 else obs)
         for _ in range(3 if f in (0, 12) else int(f % 2 == 0 and f < 16)):
-            ids.append(eng.submit_request("conversation", f"question {f}", temperature=1.0 if f % 4 else 0.0,
-                                          seed=f))
+            ids.append(eng.submit_request("conversation", f"question {f}", temperature=1.0 if f % 4 else 0.0, seed=f))
         if f % 6 == 3:
             eng.submit_request("memory", "")
         if f == 9:
@@ -129,9 +135,19 @@ def _mixed_workload(eng) -> None:
 
 def _warm_then_mixed(policy, schedule: str, compile_mode: str, steps: int, no_recompile) -> None:
     """A unified engine: warm-up, then ``error_on_recompile``, then :func:`_mixed_workload`."""
-    eng = make_engine(policy, EngineConfig(mode="unified", schedule=schedule, tasks=TASKS, tokens_per_frame=2,
-                                           max_running_requests=3, num_denoise_steps=steps, compile=compile_mode,
-                                           max_queue_wait_s=0.0))
+    eng = make_engine(
+        policy,
+        EngineConfig(
+            mode="unified",
+            schedule=schedule,
+            tasks=TASKS,
+            tokens_per_frame=2,
+            max_running_requests=3,
+            num_denoise_steps=steps,
+            compile=compile_mode,
+            max_queue_wait_s=0.0,
+        ),
+    )
     eng.warmup()
     no_recompile()
     try:
@@ -154,8 +170,13 @@ def test_mixed_workload_after_warmup_never_recompiles(policy, fullgraph, no_reco
 def test_no_recompile_after_warmup_on_cuda(no_recompile, schedule):
     """The same on CUDA with inductor and CUDA graphs (``reduce-overhead``): the whole denoise loop
     is one captured region per camera count there, decode one per bucket."""
-    gpu = Pi05Policy.from_pretrained("pi05-tiny", device="cuda", dtype=torch.bfloat16,
-                                     config_overrides={"image_slots": SLOTS}, prompt_overflow="truncate")
+    gpu = Pi05Policy.from_pretrained(
+        "pi05-tiny",
+        device="cuda",
+        dtype=torch.bfloat16,
+        config_overrides={"image_slots": SLOTS},
+        prompt_overflow="truncate",
+    )
     _warm_then_mixed(gpu, schedule, "reduce-overhead", 10, no_recompile)
 
 
@@ -164,9 +185,13 @@ def test_engines_of_different_pool_sizes_each_keep_their_compiled_stages(policy,
     only its own engine's graphs (one per shape), none recompiles, none runs eager. With one code
     object shared by every engine (the old lambdas), each engine's graphs count against the same
     recompile limit until the stage silently runs eagerly."""
-    engines = [make_engine(policy, EngineConfig(tasks=TASKS[:1], kv_blocks=n, max_running_requests=2,
-                                                num_denoise_steps=2, compile="default"))
-               for n in (40, 64, 96)]
+    engines = [
+        make_engine(
+            policy,
+            EngineConfig(tasks=TASKS[:1], kv_blocks=n, max_running_requests=2, num_denoise_steps=2, compile="default"),
+        )
+        for n in (40, 64, 96)
+    ]
     assert len({e.pool.blocks.num_blocks for e in engines}) == 3
     for e in engines:
         e.warmup()

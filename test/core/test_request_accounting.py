@@ -28,8 +28,10 @@ from oxygen_ros.core.loops.schedules import make_engine
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-TASKS = (TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=6),
-         TaskConfig("memory", "Memory: ", max_new_tokens=3, every_n_frames=4))
+TASKS = (
+    TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=6),
+    TaskConfig("memory", "Memory: ", max_new_tokens=3, every_n_frames=4),
+)
 SEEDS = list(range(12))
 
 
@@ -48,8 +50,12 @@ def policy():
 
 def obs(i: int) -> Observation:
     rng = np.random.default_rng(i)
-    return Observation(images={"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)},
-                       state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="stack", stamp=float(i))
+    return Observation(
+        images={"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)},
+        state=rng.uniform(-1, 1, 14).astype(np.float32),
+        instruction="stack",
+        stamp=float(i),
+    )
 
 
 def engine(policy, schedule: str, **kw):

@@ -20,7 +20,7 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.processing import Normalizer
 from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.rtc.config import RTCConfig
-from oxygen_ros.core.rtc.guidance import make_guide, vjp_guided_velocity
+from oxygen_ros.core.rtc.guidance import vjp_guided_velocity
 from oxygen_ros.core.rtc.handover import ChunkHandover, align_leftover
 from oxygen_ros.core.types import NormStats, Observation
 
@@ -36,8 +36,12 @@ def policy():
 def obs(stamp: float, state=None, seed: int = 0) -> Observation:
     rng = np.random.default_rng(seed)
     s = rng.uniform(-1, 1, A).astype(np.float32) if state is None else np.asarray(state, np.float32)
-    return Observation(images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)}, state=s,
-                       instruction="pick up the cube", stamp=stamp)
+    return Observation(
+        images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
+        state=s,
+        instruction="pick up the cube",
+        stamp=stamp,
+    )
 
 
 def handover(normalizer=None, **kw) -> ChunkHandover:
@@ -64,8 +68,13 @@ def test_leftover_aligned_from_stamps():
 def test_unguided_chunks_are_counted_by_reason():
     h = handover()
     x = np.zeros((T, 32), np.float32)
-    for stamp, expect in ((1.0, "first"), (1.0 + P, "guided"), (0.5, "time_jump"), (0.5 + P, "first_after_jump"),
-                          (9.0, "gap")):
+    for stamp, expect in (
+        (1.0, "first"),
+        (1.0 + P, "guided"),
+        (0.5, "time_jump"),
+        (0.5 + P, "first_after_jump"),
+        (9.0, "gap"),
+    ):
         g = h.guide(obs(stamp))
         assert g.active == (expect == "guided" or expect == "first_after_jump"), (stamp, expect)
         h.emitted(x, obs(stamp), 0.01)
@@ -76,8 +85,15 @@ def test_unguided_chunks_are_counted_by_reason():
     assert not h.guide(obs(9.0 + 2 * P)).active
     h.emitted(x, obs(9.0 + 2 * P), 0.01)
     assert not h.guide(obs(0.0)).active  # no stamp: nothing to align by
-    assert dict(h.counts) == {"first": 1, "guided": 2, "time_jump": 1, "gap": 1, "dropped": 1, "reset": 1,
-                              "no_stamp": 1}
+    assert dict(h.counts) == {
+        "first": 1,
+        "guided": 2,
+        "time_jump": 1,
+        "gap": 1,
+        "dropped": 1,
+        "reset": 1,
+        "no_stamp": 1,
+    }
     d = h.diagnostics()
     assert d["rtc_guided"] == 2 and d["rtc_unguided_gap"] == 1 and d["rtc_unguided_time_jump"] == 1
 
@@ -97,7 +113,7 @@ def test_delta_leftover_is_re_expressed_against_the_new_state_through_the_normal
     h.emitted(prev, obs(1.0, s0), 0.01)
     rows, _ = h.leftover(obs(1.0 + 2 * P, s1))
     before = space.to_robot(norm.unnormalize_actions(prev[2:]), s0).positions  # what the robot was sent
-    after = space.to_robot(norm.unnormalize_actions(rows), s1).positions        # the same targets, new anchor
+    after = space.to_robot(norm.unnormalize_actions(rows), s1).positions  # the same targets, new anchor
     np.testing.assert_allclose(after, before, atol=1e-4)
     np.testing.assert_array_equal(rows[:, space.absolute], prev[2:, space.absolute])
     assert np.abs(rows - prev[2:]).max() > 0.1  # it did move
@@ -117,8 +133,15 @@ def test_auto_delay_is_a_latency_percentile_in_control_periods():
 
 
 def test_config_errors_name_the_field():
-    for bad in (dict(schedule="cubic"), dict(execution_horizon=0), dict(inference_delay=-1), dict(guidance="full"),
-                dict(max_guidance_weight=float("inf")), dict(control_period_s=0.0), dict(delay_percentile=0.0)):
+    for bad in (
+        dict(schedule="cubic"),
+        dict(execution_horizon=0),
+        dict(inference_delay=-1),
+        dict(guidance="full"),
+        dict(max_guidance_weight=float("inf")),
+        dict(control_period_s=0.0),
+        dict(delay_percentile=0.0),
+    ):
         with pytest.raises(ConfigError, match="rtc." + next(iter(bad))):
             RTCConfig(**bad).validate()
 
@@ -156,8 +179,11 @@ def test_explicit_leftover_and_bad_ones(policy):
     r = eng.step()
     assert r.error is None and eng.handover.counts["explicit"] == 1
     assert np.abs(eng.handover._last.x[:2] - left[:2]).max() < 0.3
-    for bad, why in ((np.zeros((T + 2, A)), "rows <="), (np.full((3, A), np.nan), "not finite"),
-                     (np.zeros((3, 40)), "dims <=")):
+    for bad, why in (
+        (np.zeros((T + 2, A)), "rows <="),
+        (np.full((3, A), np.nan), "not finite"),
+        (np.zeros((3, 40)), "dims <="),
+    ):
         eng.submit_observation(obs(2.0), prev_chunk_left_over=bad, inference_delay=1)
         r = eng.step()
         assert r.action is None and why in r.error, r.error
@@ -186,6 +212,7 @@ def test_compiled_equals_eager_with_rtc(policy):
             eng.submit_observation(obs(1.0 + i * 3 * P, seed=i))
             chunks.append(eng.step().action.actions)
         return chunks
+
     for a, b in zip(run("none"), run("default")):
         assert np.abs(a - b).max() < 1e-5
 
@@ -257,5 +284,6 @@ def test_compiled_equals_eager_with_rtc_on_cuda(no_recompile, compile_mode):  # 
             chunks.append(eng.step().action.actions)
         assert eng.handover.counts["guided"] == 3 and all(s.recompiles == 0 for s in eng.runner.stages)
         return chunks
+
     for a, b in zip(run("none", False), run(compile_mode, True)):
         assert np.abs(a - b).max() < 1e-5

@@ -34,9 +34,15 @@ def rtc_meta():
 
 
 def rtc_config(meta: dict, **kw) -> RTCConfig:
-    return RTCConfig(enabled=meta["enabled"], schedule=meta["schedule"].lower(),
-                     execution_horizon=meta["execution_horizon"], max_guidance_weight=meta["max_guidance_weight"],
-                     inference_delay_mode="fixed", inference_delay=meta["inference_delay"], **kw)
+    return RTCConfig(
+        enabled=meta["enabled"],
+        schedule=meta["schedule"].lower(),
+        execution_horizon=meta["execution_horizon"],
+        max_guidance_weight=meta["max_guidance_weight"],
+        inference_delay_mode="fixed",
+        inference_delay=meta["inference_delay"],
+        **kw,
+    )
 
 
 def test_inputs_are_the_parity_inputs(rtc_ref):
@@ -65,8 +71,16 @@ def test_policy_path_equals_lerobot(policy, rtc_ref, rtc_meta, case):  # noqa: F
     left = rtc_ref[f"{case}_prev_left_over"]
     obs = observation(rtc_ref, "all")
     cache, _ = policy.prefill(policy.encode_observation(obs))
-    guide = make_guide(left, cfg.inference_delay, schedule=cfg.schedule, horizon=cfg.execution_horizon,
-                       max_weight=cfg.max_guidance_weight, times=euler_times(10)[0], length=10, action_dim=32)
+    guide = make_guide(
+        left,
+        cfg.inference_delay,
+        schedule=cfg.schedule,
+        horizon=cfg.execution_horizon,
+        max_weight=cfg.max_guidance_weight,
+        times=euler_times(10)[0],
+        length=10,
+        action_dim=32,
+    )
     x = policy.sample_actions_normalized(cache, noise, guide=guide)
     np.testing.assert_allclose(x.numpy(), rtc_ref[f"{case}_actions"], atol=ATOL, rtol=0)  # all 32 dims
     chunk = policy.sample_actions(obs, noise, rtc=cfg, prev_chunk_left_over=left, normalized=True)
@@ -81,7 +95,9 @@ def test_rtc_off_is_the_plain_chunk_bit_for_bit(policy, rtc_ref, rtc_meta):  # n
     noise = torch.from_numpy(rtc_ref["e_noise"])
     obs = observation(rtc_ref, "all")
     plain = policy.sample_actions(obs, noise)
-    off = policy.sample_actions(obs, noise, rtc=rtc_config(rtc_meta["e"]), prev_chunk_left_over=rtc_ref["e_prev_left_over"])
+    off = policy.sample_actions(
+        obs, noise, rtc=rtc_config(rtc_meta["e"]), prev_chunk_left_over=rtc_ref["e_prev_left_over"]
+    )
     np.testing.assert_array_equal(off, plain)
     first = policy.sample_actions(obs, noise, rtc=rtc_config(rtc_meta["a"]))  # enabled, no leftover yet
     np.testing.assert_array_equal(first, plain)
@@ -117,8 +133,11 @@ def test_engine_explicit_leftover_equals_lerobot(policy, rtc_ref, rtc_meta, monk
     noise = torch.from_numpy(rtc_ref["a_noise"])
     monkeypatch.setattr(engine_mod, "frame_noise", lambda *a, **k: noise.clone())
     eng = Engine(policy, EngineConfig(tasks=()), rtc_config(rtc_meta["a"]))
-    eng.submit_observation(observation(rtc_ref, "all"), prev_chunk_left_over=rtc_ref["a_prev_left_over"],
-                           inference_delay=rtc_meta["a"]["inference_delay"])
+    eng.submit_observation(
+        observation(rtc_ref, "all"),
+        prev_chunk_left_over=rtc_ref["a_prev_left_over"],
+        inference_delay=rtc_meta["a"]["inference_delay"],
+    )
     r = eng.step()
     np.testing.assert_allclose(r.action.actions, rtc_ref["a_actions_postprocessed"][0], atol=ATOL, rtol=0)
     off = Engine(policy, EngineConfig(tasks=()), rtc_config(rtc_meta["e"]))

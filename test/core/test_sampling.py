@@ -9,7 +9,9 @@ from oxygen_ros.core.model.sampling import SamplingParams, gumbel_noise, mix32, 
 
 
 def _batch(logits, temps, topks, keys, ctrs, cap=8, greedy_only=False):
-    t = lambda x, d=torch.int64: torch.tensor(x, dtype=d)
+    def t(x, d=torch.int64):
+        return torch.tensor(x, dtype=d)
+
     return sample_batch(logits, t(temps, torch.float32), t(topks), t(keys), t(ctrs), cap, greedy_only)
 
 
@@ -26,7 +28,7 @@ def test_a_row_depends_only_on_its_key_counter_and_logits():
     logits = torch.randn(6, 300, generator=g)
     full = _batch(logits, [1.0] * 6, [0, 5, 0, 5, 0, 0], [7, 7, 8, 9, 10, 11], [0, 1, 2, 3, 4, 5])
     for i in range(6):  # alone, or inside another batch composition and order
-        alone = _batch(logits[i:i + 1], [1.0], [[0, 5, 0, 5, 0, 0][i]], [[7, 7, 8, 9, 10, 11][i]], [i])
+        alone = _batch(logits[i : i + 1], [1.0], [[0, 5, 0, 5, 0, 0][i]], [[7, 7, 8, 9, 10, 11][i]], [i])
         assert alone.item() == full[i].item()
     flipped = _batch(logits.flip(0), [1.0] * 6, [0, 0, 5, 0, 5, 0], [11, 10, 9, 8, 7, 7], [5, 4, 3, 2, 1, 0])
     assert flipped.flip(0).tolist() == full.tolist()

@@ -2,13 +2,13 @@
 per frame at k = 1) with a bounded queue; the configure-time message; impossible configurations."""
 
 import pytest
+from test_engine_faults import make_obs
 
 from oxygen_ros.core.cache.sizing import PoolSizeError, in_flight_requests, plan_pool
 from oxygen_ros.core.config import ConfigError, EngineConfig
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.policy import Pi05Policy
-from test_engine_faults import make_obs
 
 
 @pytest.fixture(scope="module")
@@ -25,26 +25,65 @@ def test_in_flight_follows_rate_and_k():
 
 
 def test_plan_sizes_for_the_workload_within_the_budget():
-    p = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
-                  budget_bytes=10**6, budget_source="1 MB")
+    p = plan_pool(
+        bytes_per_block=1000,
+        prefix_blocks=10,
+        own_blocks=5,
+        in_flight=4,
+        frames_per_request=8,
+        budget_bytes=10**6,
+        budget_source="1 MB",
+    )
     assert p.blocks == 10 + 4 * 15 and p.sustained == 4 and p.sustained_rate == 0.5
     assert "70 blocks" in p.describe() and "holds 4 requests in flight (workload needs 4)" in p.describe()
-    capped = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
-                       budget_bytes=40_000, budget_source="40 kB")
+    capped = plan_pool(
+        bytes_per_block=1000,
+        prefix_blocks=10,
+        own_blocks=5,
+        in_flight=4,
+        frames_per_request=8,
+        budget_bytes=40_000,
+        budget_source="40 kB",
+    )
     assert capped.blocks == 40 and capped.sustained == 2 and "capped by 40 kB" in capped.source
     with pytest.raises(PoolSizeError, match=r"needs 25 blocks .* = prefix 10 \+ next-frame reserve 10 \+ 5"):
-        plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
-                  budget_bytes=24_000, budget_source="24 kB")
+        plan_pool(
+            bytes_per_block=1000,
+            prefix_blocks=10,
+            own_blocks=5,
+            in_flight=4,
+            frames_per_request=8,
+            budget_bytes=24_000,
+            budget_source="24 kB",
+        )
 
 
 def test_concurrent_schedule_budgets_the_batchers_hand_over_prefix(policy):
-    p = plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
-                  budget_bytes=10**6, budget_source="1 MB", extra_prefixes=1)
+    p = plan_pool(
+        bytes_per_block=1000,
+        prefix_blocks=10,
+        own_blocks=5,
+        in_flight=4,
+        frames_per_request=8,
+        budget_bytes=10**6,
+        budget_source="1 MB",
+        extra_prefixes=1,
+    )
     assert p.blocks == 20 + 4 * 15 and p.sustained == 4
-    assert "action path 30 blocks (prefix + next-frame reserve + 1 prefix(es) in the batcher's hand-over)" in p.describe()
+    assert (
+        "action path 30 blocks (prefix + next-frame reserve + 1 prefix(es) in the batcher's hand-over)" in p.describe()
+    )
     with pytest.raises(PoolSizeError, match=r"needs 35 blocks .* reserve 10 \+ batcher hand-over 10 \+ 5"):
-        plan_pool(bytes_per_block=1000, prefix_blocks=10, own_blocks=5, in_flight=4, frames_per_request=8,
-                  budget_bytes=34_000, budget_source="34 kB", extra_prefixes=1)
+        plan_pool(
+            bytes_per_block=1000,
+            prefix_blocks=10,
+            own_blocks=5,
+            in_flight=4,
+            frames_per_request=8,
+            budget_bytes=34_000,
+            budget_source="34 kB",
+            extra_prefixes=1,
+        )
     serial = Engine(policy, EngineConfig(tokens_per_frame=1)).pool_plan
     conc = Engine(policy, EngineConfig(tokens_per_frame=1, schedule="concurrent")).pool_plan
     assert conc.blocks == serial.blocks + serial.prefix_blocks
@@ -95,6 +134,7 @@ def test_default_configuration_serves_one_request_per_frame_at_k1(policy):
 def test_a_pool_that_cannot_fit_the_machine_is_refused_at_once_naming_its_parameter(policy):
     """engine.kv_blocks = 1e9 used to run configure for 36 s into 8 GB and a SystemError."""
     import time
+
     t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=r"the largest part, KV pool, is set by engine.kv_blocks: lower it") as e:
         Engine(policy, EngineConfig(kv_blocks=10**9))
@@ -112,6 +152,7 @@ def test_estimate_lists_every_allocation_and_check_fits_uses_the_available_memor
 
     from oxygen_ros.core.cache.memory import check_fits, estimate
     from oxygen_ros.core.cache.sizing import size_for
+
     cfg = EngineConfig(max_running_requests=9)
     plan = size_for(cfg, policy.cfg, torch.float32, torch.device("cpu"))
     parts = estimate(cfg, policy.cfg, plan, torch.float32, 9, flex=False)
@@ -123,6 +164,7 @@ def test_estimate_lists_every_allocation_and_check_fits_uses_the_available_memor
 
 def test_the_automatic_decode_batch_cap_stays_bounded_however_large_the_pool(policy):
     from oxygen_ros.core.cache.memory import AUTO_MAX_RUNNING
+
     eng = Engine(policy, EngineConfig(kv_blocks=200_000))
     assert eng.cfg.max_running_requests == AUTO_MAX_RUNNING
 
@@ -132,10 +174,14 @@ def test_a_model_that_cannot_act_fails_warm_up_with_the_reason():
     import torch
 
     from oxygen_ros.core.engine.engine import WarmupError
+
     nan = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
     with torch.no_grad():
         nan.model.action_out_proj.weight.fill_(float("nan"))
     eng = Engine(nan, EngineConfig())
-    with pytest.raises(WarmupError, match=r"warm-up frame \(1 camera\(s\), blank images\) produced no action chunk: "
-                                          r"action chunk dropped: .*non-finite"):
+    with pytest.raises(
+        WarmupError,
+        match=r"warm-up frame \(1 camera\(s\), blank images\) produced no action chunk: "
+        r"action chunk dropped: .*non-finite",
+    ):
         eng.warmup()

@@ -14,8 +14,7 @@ def test_buckets():
 
 
 def _req(pool, i, prefix, own_tokens, temp=0.0):
-    r = LanguageRequest(id=i, task="t", text="", max_new_tokens=8, temperature=temp, top_k=2 * i,
-                        sample_key=100 + i)
+    r = LanguageRequest(id=i, task="t", text="", max_new_tokens=8, temperature=temp, top_k=2 * i, sample_key=100 + i)
     r.pending, r.output_ids = 40 + i, [1] * i
     t = BlockTable(pool)
     t.reserve(own_tokens + 8)
@@ -43,7 +42,7 @@ def test_decode_batch_rows_and_padding(static):
     assert b.top_k.tolist()[:3] == [0, 2, 4] and b.temperature.tolist()[:3] == [0.0, 1.0, 0.0]
     for i, (_, st) in enumerate(reqs):
         row = st.block_row()
-        assert b.tables[i, : len(row)].tolist() == row and (b.tables[i, len(row):] == 40).all()
+        assert b.tables[i, : len(row)].tolist() == row and (b.tables[i, len(row) :] == 40).all()
         assert b.num_blocks[i] == len(row) and b.kv_num[i, 0, 0] == len(row)
         assert b.kv_idx[i, 0, 0, : len(row)].tolist() == row
         assert [int(b.p2l[i, blk]) for blk in row] == list(range(len(row)))

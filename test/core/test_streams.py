@@ -16,7 +16,7 @@ def busy_lane(streams: DeviceStreams, lane: str):
     entered, release = threading.Event(), threading.Event()
 
     def work():
-        with (streams.action() if lane == "action" else streams.decode(after=None)):
+        with streams.action() if lane == "action" else streams.decode(after=None):
             entered.set()
             release.wait(10)
 

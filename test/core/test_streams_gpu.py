@@ -14,8 +14,7 @@ from oxygen_ros.core.loops.schedules import make_engine
 from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 SLEEP = 200_000_000  # GPU cycles (~0.1 s): keeps a stream busy while the host looks at fences
 
@@ -72,8 +71,13 @@ def test_concurrent_engine_on_cuda_matches_serial(dtype):
         rng = np.random.default_rng(0)
         acts, texts = [], {}
         for f in range(14):
-            eng.submit_observation(Observation(images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), np.uint8)},
-                                               state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="go"))
+            eng.submit_observation(
+                Observation(
+                    images={"base_0_rgb": rng.integers(0, 256, (40, 40, 3), np.uint8)},
+                    state=rng.uniform(-1, 1, 14).astype(np.float32),
+                    instruction="go",
+                )
+            )
             if f < 8:
                 eng.submit_request("conversation", f"q{f}")
             r = eng.step()

@@ -79,8 +79,10 @@ def test_deterministic_json(tmp_path):
 
 
 def test_deterministic_across_processes(tmp_path):
-    code = ("import hashlib,sys; from oxygen_ros.core.tokenizer import build_tokenizer; "
-            "print(hashlib.sha256(build_tokenizer(2048).backend_tokenizer.to_str().encode()).hexdigest())")
+    code = (
+        "import hashlib,sys; from oxygen_ros.core.tokenizer import build_tokenizer; "
+        "print(hashlib.sha256(build_tokenizer(2048).backend_tokenizer.to_str().encode()).hexdigest())"
+    )
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     here = hashlib.sha256(build_tokenizer(2048).backend_tokenizer.to_str().encode()).hexdigest()
@@ -103,11 +105,23 @@ def test_save_load_round_trip(tmp_path):
 def test_load_sentencepiece_model(tmp_path):
     spm = pytest.importorskip("sentencepiece")
     lines = ["pick up the red cube and place it in the bowl", "Task: open the drawer, State: 1 2 3;"] * 20
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(tmp_path / "sp"),
-                                   vocab_size=320, model_type="bpe", byte_fallback=True, add_dummy_prefix=False,
-                                   pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
-                                   eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
-                                   minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(tmp_path / "sp"),
+        vocab_size=320,
+        model_type="bpe",
+        byte_fallback=True,
+        add_dummy_prefix=False,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        eos_piece="<eos>",
+        bos_piece="<bos>",
+        unk_piece="<unk>",
+        minloglevel=2,
+    )
     ref = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
     folder = tmp_path / "openpi"
     folder.mkdir()

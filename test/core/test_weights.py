@@ -13,12 +13,25 @@ from safetensors.torch import load_file, save_file
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.core.model import ckpt_config as cc
 from oxygen_ros.core.model import ckpt_files as cf
-from oxygen_ros.core.model.keymap import (EMBED_KEY, EXPERT_LM_HEAD_KEY, LM_HEAD_KEY, CheckpointError, ckpt_to_own,
-                                          detect_layout, own_to_ckpt)
+from oxygen_ros.core.model.keymap import (
+    EMBED_KEY,
+    EXPERT_LM_HEAD_KEY,
+    LM_HEAD_KEY,
+    CheckpointError,
+    ckpt_to_own,
+    detect_layout,
+    own_to_ckpt,
+)
 from oxygen_ros.core.model.kv import DenseKVCache
 from oxygen_ros.core.model.pi05 import Pi05Model
-from oxygen_ros.core.model.weights import (checkpoint_shapes, count_parameters, load_pretrained, plan_load,
-                                           random_pretrained, save_pretrained)
+from oxygen_ros.core.model.weights import (
+    checkpoint_shapes,
+    count_parameters,
+    load_pretrained,
+    plan_load,
+    random_pretrained,
+    save_pretrained,
+)
 from oxygen_ros.core.types import NormStats
 
 CFG = get_preset("pi05-tiny")
@@ -26,8 +39,10 @@ VISION_PATCH = "paligemma_with_expert.paligemma.model.vision_tower.vision_model.
 
 
 def stats() -> dict[str, NormStats]:
-    return {"state": NormStats.from_dict({"mean": [0.1, 0.2], "std": [1.0, 2.0], "q01": [-1, 0], "q99": [1, 2]}),
-            "actions": NormStats.from_dict({"q01": [-1, 0, 1], "q99": [1, 2, 3.5]})}
+    return {
+        "state": NormStats.from_dict({"mean": [0.1, 0.2], "std": [1.0, 2.0], "q01": [-1, 0], "q99": [1, 2]}),
+        "actions": NormStats.from_dict({"q01": [-1, 0, 1], "q99": [1, 2, 3.5]}),
+    }
 
 
 def outputs(m: Pi05Model, seed: int = 0) -> list[torch.Tensor]:
@@ -45,8 +60,9 @@ def outputs(m: Pi05Model, seed: int = 0) -> list[torch.Tensor]:
     with torch.no_grad():
         emb, valid = m.embed_prefix(pix, im, tok, tm)
         v = m.forward_joint(emb, valid, x, torch.tensor([0.3, 0.9], device=dev))
-        cache = DenseKVCache(CFG.vlm.depth, 2, valid.shape[1] + 4, CFG.vlm.num_kv_heads, CFG.vlm.head_dim,
-                             dtype=m.dtype, device=dev)
+        cache = DenseKVCache(
+            CFG.vlm.depth, 2, valid.shape[1] + 4, CFG.vlm.num_kv_heads, CFG.vlm.head_dim, dtype=m.dtype, device=dev
+        )
         logits = m.logits(m.prefill(emb, valid, cache.prefill_view(valid)))
         acts = m.sample_actions(cache.denoise_view(CFG.action_horizon), x, 3)
     return [v, logits, acts]
@@ -109,13 +125,15 @@ def test_file_layouts(saved):
     assert pre + EMBED_KEY in keys and pre + LM_HEAD_KEY not in keys  # tied head written once
     heads = ("action_in_proj", "action_out_proj", "time_mlp_in", "time_mlp_out")
     for k in keys:
-        rest = k[len(pre):]
+        rest = k[len(pre) :]
         assert k.startswith(pre) and (rest.startswith("paligemma_with_expert.") or rest.split(".")[0] in heads), k
     raw = json.loads((folder / "config.json").read_text())
     if layout == "openpi":
         assert (folder / "assets/robot/norm_stats.json").is_file()
         assert set(json.loads((folder / "assets/robot/norm_stats.json").read_text())["norm_stats"]) == {
-            "state", "actions"}
+            "state",
+            "actions",
+        }
         assert raw["action_horizon"] == CFG.action_horizon
     else:
         pre_cfg = json.loads((folder / "policy_preprocessor.json").read_text())
@@ -133,10 +151,16 @@ def test_meta_load_equals_normal_build(model, saved_openpi):
     loaded = load_pretrained(folder)[0]
     assert torch.equal(loaded.runner.rotary.inv_freq, normal.runner.rotary.inv_freq)
     assert loaded.runner.rotary.inv_freq.dtype == torch.float32
-    emb_l = loaded.vision.tower.vision_model.embeddings if hasattr(loaded.vision.tower, "vision_model") \
+    emb_l = (
+        loaded.vision.tower.vision_model.embeddings
+        if hasattr(loaded.vision.tower, "vision_model")
         else loaded.vision.tower.embeddings
-    emb_n = normal.vision.tower.vision_model.embeddings if hasattr(normal.vision.tower, "vision_model") \
+    )
+    emb_n = (
+        normal.vision.tower.vision_model.embeddings
+        if hasattr(normal.vision.tower, "vision_model")
         else normal.vision.tower.embeddings
+    )
     assert torch.equal(emb_l.position_ids, emb_n.position_ids)
     assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
     for a, b in zip(outputs(normal), outputs(loaded)):
@@ -178,8 +202,9 @@ def test_wrong_shape_named(saved):
     folder, layout = saved
     key = ("model." if layout == "lerobot" else "") + "action_in_proj.weight"
     rewrite(folder, lambda sd: sd.update({key: torch.zeros(32, 16)}))
-    with pytest.raises(CheckpointError,
-                       match=r"wrong shapes.*action_in_proj\.weight: file \[32, 16\] vs model \[32, 32\]"):
+    with pytest.raises(
+        CheckpointError, match=r"wrong shapes.*action_in_proj\.weight: file \[32, 16\] vs model \[32, 32\]"
+    ):
         load_pretrained(folder)
 
 
@@ -237,8 +262,10 @@ def test_vision_level_mapping_both_ways():
     assert own_to_ckpt("vision.tower.embeddings.patch_embedding.weight") == ck
     assert own_to_ckpt("vision.tower.vision_model.embeddings.patch_embedding.weight", "lerobot") == "model." + ck
     # a model without the level plans the same checkpoint
-    expected = {k.replace("vision.tower.vision_model.", "vision.tower."): tuple(v.shape)
-                for k, v in Pi05Model(CFG).state_dict().items()}
+    expected = {
+        k.replace("vision.tower.vision_model.", "vision.tower."): tuple(v.shape)
+        for k, v in Pi05Model(CFG).state_dict().items()
+    }
     found = {own_to_ckpt(k): s for k, s in expected.items()}
     plan = plan_load(expected, found, "openpi")[0]
     assert plan["vision.tower.embeddings.patch_embedding.weight"] == ck
@@ -246,8 +273,16 @@ def test_vision_level_mapping_both_ways():
 
 def test_checkpoint_without_vision_level_loads(model, tmp_path):
     save_pretrained(model, tmp_path, {}, layout="openpi")
-    rewrite(tmp_path, lambda sd: sd.update({k.replace("vision_tower.vision_model.", "vision_tower."): sd.pop(k)
-                                            for k in list(sd) if "vision_tower." in k}))
+    rewrite(
+        tmp_path,
+        lambda sd: sd.update(
+            {
+                k.replace("vision_tower.vision_model.", "vision_tower."): sd.pop(k)
+                for k in list(sd)
+                if "vision_tower." in k
+            }
+        ),
+    )
     same_state(model, load_pretrained(tmp_path)[0])
 
 
@@ -259,8 +294,9 @@ def test_sharded_index(model, tmp_path):
     shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
     for name, ks in shards.items():
         save_file({k: sd[k] for k in ks}, str(tmp_path / name))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {}, "weight_map": {k: n for n, ks in shards.items() for k in ks}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {k: n for n, ks in shards.items() for k in ks}})
+    )
     same_state(model, load_pretrained(tmp_path)[0])
 
 
@@ -274,8 +310,9 @@ def test_config_derived_from_layout_json(tmp_path, model):
     raw = cc.openpi_config_json(full.replace(action_horizon=10), "bfloat16")
     assert raw["paligemma_variant"] == "gemma_2b" and raw["action_expert_variant"] == "gemma_300m"
     assert cc.config_from_openpi(raw) == full.replace(action_horizon=10)
-    lr = cc.lerobot_config_json(full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48), stats(),
-                                "float32")
+    lr = cc.lerobot_config_json(
+        full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48), stats(), "float32"
+    )
     assert (lr["chunk_size"], lr["num_inference_steps"], lr["tokenizer_max_length"]) == (16, 5, 48)
     assert cc.config_from_lerobot(lr) == full.replace(action_horizon=16, num_denoise_steps=5, max_token_len=48)
     assert lr["input_features"]["observation.state"]["shape"] == [2]
@@ -290,8 +327,13 @@ def test_lerobot_stats_extra_entries_ignored(tmp_path, model):
     save_pretrained(model, tmp_path, stats(), layout="lerobot")
     path = tmp_path / cf.PRE_STATS
     flat = load_file(str(path))
-    flat.update({"observation.state.min": torch.zeros(2), "observation.state.count": torch.tensor([5.0]),
-                 "observation.images.base_0_rgb.mean": torch.zeros(3, 1, 1)})
+    flat.update(
+        {
+            "observation.state.min": torch.zeros(2),
+            "observation.state.count": torch.tensor([5.0]),
+            "observation.images.base_0_rgb.mean": torch.zeros(3, 1, 1),
+        }
+    )
     save_file(flat, str(path))
     _, _, ns, info = load_pretrained(tmp_path)
     assert set(ns) == {"state", "actions"} and ns["state"].dim == 2

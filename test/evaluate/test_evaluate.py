@@ -16,8 +16,15 @@ from pathlib import Path
 import pytest
 
 from oxygen_ros.evaluate.cli import main as evaluate_main
-from oxygen_ros.evaluate.episodes import (CLOSED_LOOP, OPEN_LOOP, Episode, EvaluateError,
-                                          closed_loop_episodes, find_bags, open_loop_episodes)
+from oxygen_ros.evaluate.episodes import (
+    CLOSED_LOOP,
+    OPEN_LOOP,
+    Episode,
+    EvaluateError,
+    closed_loop_episodes,
+    find_bags,
+    open_loop_episodes,
+)
 from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate, wilson_interval
 from oxygen_ros.evaluate.runner import row_from_outputs, run_episode
 
@@ -27,43 +34,47 @@ from bag_edit import SAMPLE_BAG, window  # noqa: E402
 
 def _broken_bag(path: Path) -> Path:
     path.mkdir(parents=True)
-    (path / 'metadata.yaml').write_text('not: [a, bag\n')
+    (path / "metadata.yaml").write_text("not: [a, bag\n")
     return path
 
 
 def test_find_bags_and_episode_ids(tmp_path):
-    for name in ('b', 'a'):
-        (tmp_path / 'bags' / name).mkdir(parents=True)
-        (tmp_path / 'bags' / name / 'metadata.yaml').write_text('x')
-    (tmp_path / 'bags' / 'notes.txt').write_text('not a bag')
-    single = tmp_path / 'one.mcap'
-    single.write_bytes(b'')
-    bags = find_bags([tmp_path / 'bags', single, tmp_path / 'bags' / 'a'])
-    assert [b.name for b in bags] == ['a', 'b', 'one.mcap', 'a']
-    eps = open_loop_episodes(bags, ['--model', 'pi05-tiny'])
-    assert [e.id for e in eps] == ['a', 'b', 'one', 'a-2']  # unique, in order
-    cmd = eps[0].command(tmp_path / 'out')
-    assert cmd[1:4] == ['-m', 'oxygen_ros.evaluate.runner', 'oxygen_ros.replay.replay'] and str(tmp_path / 'out') in cmd
-    assert cmd[-2:] == ['--model', 'pi05-tiny']
-    (tmp_path / 'empty').mkdir()
-    with pytest.raises(EvaluateError, match='neither a bag'):
-        find_bags([tmp_path / 'empty'])
-    with pytest.raises(EvaluateError, match='does not exist'):
-        find_bags([tmp_path / 'nope'])
+    for name in ("b", "a"):
+        (tmp_path / "bags" / name).mkdir(parents=True)
+        (tmp_path / "bags" / name / "metadata.yaml").write_text("x")
+    (tmp_path / "bags" / "notes.txt").write_text("not a bag")
+    single = tmp_path / "one.mcap"
+    single.write_bytes(b"")
+    bags = find_bags([tmp_path / "bags", single, tmp_path / "bags" / "a"])
+    assert [b.name for b in bags] == ["a", "b", "one.mcap", "a"]
+    eps = open_loop_episodes(bags, ["--model", "pi05-tiny"])
+    assert [e.id for e in eps] == ["a", "b", "one", "a-2"]  # unique, in order
+    cmd = eps[0].command(tmp_path / "out")
+    assert cmd[1:4] == ["-m", "oxygen_ros.evaluate.runner", "oxygen_ros.replay.replay"] and str(tmp_path / "out") in cmd
+    assert cmd[-2:] == ["--model", "pi05-tiny"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvaluateError, match="neither a bag"):
+        find_bags([tmp_path / "empty"])
+    with pytest.raises(EvaluateError, match="does not exist"):
+        find_bags([tmp_path / "nope"])
 
 
 def test_closed_loop_episodes():
-    eps = closed_loop_episodes(range(3, 5), 'scripted', [0, 100], 12.0, 300.0, ['--rtf', '1'])
-    assert [e.id for e in eps] == ['scripted-lat0ms-seed0003', 'scripted-lat0ms-seed0004',
-                                   'scripted-lat100ms-seed0003', 'scripted-lat100ms-seed0004']
-    assert eps[2].columns == {'model': '', 'seed': 3, 'policy': 'scripted', 'latency_ms': 100.0}
+    eps = closed_loop_episodes(range(3, 5), "scripted", [0, 100], 12.0, 300.0, ["--rtf", "1"])
+    assert [e.id for e in eps] == [
+        "scripted-lat0ms-seed0003",
+        "scripted-lat0ms-seed0004",
+        "scripted-lat100ms-seed0003",
+        "scripted-lat100ms-seed0004",
+    ]
+    assert eps[2].columns == {"model": "", "seed": 3, "policy": "scripted", "latency_ms": 100.0}
     args = eps[2].args
-    assert args[args.index('--latency-ms') + 1] == '100' and args[args.index('--seed') + 1] == '3'
-    assert args[args.index('--ask') + 1] == '' and args[-2:] == ('--rtf', '1')
+    assert args[args.index("--latency-ms") + 1] == "100" and args[args.index("--seed") + 1] == "3"
+    assert args[args.index("--ask") + 1] == "" and args[-2:] == ("--rtf", "1")
     with pytest.raises(EvaluateError):
-        closed_loop_episodes([], 'model', [0], 12.0, 300.0)
+        closed_loop_episodes([], "model", [0], 12.0, 300.0)
     with pytest.raises(EvaluateError):
-        closed_loop_episodes([0], 'model', [-5], 12.0, 300.0)
+        closed_loop_episodes([0], "model", [-5], 12.0, 300.0)
 
 
 def test_wilson_interval_known_values():
@@ -75,41 +86,55 @@ def test_wilson_interval_known_values():
 
 
 def _ep(kind: str = CLOSED_LOOP) -> Episode:
-    return Episode('x', kind, {'seed': 1, 'policy': 'scripted', 'latency_ms': 0.0}, 'json.tool')
+    return Episode("x", kind, {"seed": 1, "policy": "scripted", "latency_ms": 0.0}, "json.tool")
 
 
 def test_closed_loop_rows(tmp_path):
-    (tmp_path / 'report.json').write_text(json.dumps({
-        'episode': {'success': True, 'time_to_success_s': 7.1, 'episode_s': 7.1, 'path_length_rad': 3.2,
-                    'gripper_path_length': 1.0, 'max_switch_jump': 0.01, 'lift_max_m': 0.2,
-                    'max_reward': 4, 'seed': 1},
-        'checks': {'command_finite': True, 'step_limit': False}}))
-    row = row_from_outputs(_ep(), tmp_path, 1, '', 12.0, False)
-    assert row['status'] == 'ok' and row['success'] is True and row['checks_failed'] == 'step_limit'
-    (tmp_path / 'report.json').write_text(json.dumps({'error': 'no action chunk within 60 s',
-                                                      'episode': {}}))
-    row = row_from_outputs(_ep(), tmp_path, 1, '', 60.0, False)
-    assert row['status'] == 'failed' and 'no action chunk' in row['error']
-    (tmp_path / 'report.json').unlink()
-    row = row_from_outputs(_ep(), tmp_path, -11, 'Traceback\nSegmentation fault', 3.0, False)
-    assert row['status'] == 'failed' and 'exit -11' in row['error'] and 'Segmentation' in row['error']
-    row = row_from_outputs(_ep(), tmp_path, -2, '', 30.0, True)
-    assert row['status'] == 'timed_out' and row['error'].startswith('timed out after 30 s')
+    (tmp_path / "report.json").write_text(
+        json.dumps(
+            {
+                "episode": {
+                    "success": True,
+                    "time_to_success_s": 7.1,
+                    "episode_s": 7.1,
+                    "path_length_rad": 3.2,
+                    "gripper_path_length": 1.0,
+                    "max_switch_jump": 0.01,
+                    "lift_max_m": 0.2,
+                    "max_reward": 4,
+                    "seed": 1,
+                },
+                "checks": {"command_finite": True, "step_limit": False},
+            }
+        )
+    )
+    row = row_from_outputs(_ep(), tmp_path, 1, "", 12.0, False)
+    assert row["status"] == "ok" and row["success"] is True and row["checks_failed"] == "step_limit"
+    (tmp_path / "report.json").write_text(json.dumps({"error": "no action chunk within 60 s", "episode": {}}))
+    row = row_from_outputs(_ep(), tmp_path, 1, "", 60.0, False)
+    assert row["status"] == "failed" and "no action chunk" in row["error"]
+    (tmp_path / "report.json").unlink()
+    row = row_from_outputs(_ep(), tmp_path, -11, "Traceback\nSegmentation fault", 3.0, False)
+    assert row["status"] == "failed" and "exit -11" in row["error"] and "Segmentation" in row["error"]
+    row = row_from_outputs(_ep(), tmp_path, -2, "", 30.0, True)
+    assert row["status"] == "timed_out" and row["error"].startswith("timed out after 30 s")
 
 
 def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
     """A hung episode is stopped at its limit with everything it started, and is a timed-out row."""
-    mod = tmp_path / 'mods' / 'hang_episode.py'
+    mod = tmp_path / "mods" / "hang_episode.py"
     mod.parent.mkdir()
-    mod.write_text('import subprocess, sys, time\n'
-                   'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
-                   'open(sys.argv[1], "w").write(str(child.pid))\n'
-                   'time.sleep(120)\n')
-    pid_file = tmp_path / 'child.pid'
-    ep = Episode('hang', OPEN_LOOP, {'bag': 'x'}, 'hang_episode', (str(pid_file),))
+    mod.write_text(
+        "import subprocess, sys, time\n"
+        'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
+        'open(sys.argv[1], "w").write(str(child.pid))\n'
+        "time.sleep(120)\n"
+    )
+    pid_file = tmp_path / "child.pid"
+    ep = Episode("hang", OPEN_LOOP, {"bag": "x"}, "hang_episode", (str(pid_file),))
     t0 = time.monotonic()
-    row = run_episode(ep, tmp_path / 'ep', 3.0, env={'PYTHONPATH': str(mod.parent)})
-    assert row['status'] == 'timed_out' and row['episode'] == 'hang'
+    row = run_episode(ep, tmp_path / "ep", 3.0, env={"PYTHONPATH": str(mod.parent)})
+    assert row["status"] == "timed_out" and row["episode"] == "hang"
     assert time.monotonic() - t0 < 30.0  # SIGINT ends the leader; the group is then killed
     child = int(pid_file.read_text())
     for _ in range(50):
@@ -119,74 +144,98 @@ def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
             break
         time.sleep(0.1)
     else:
-        pytest.fail(f'the episode\'s child process {child} outlived the timeout')
-    assert (tmp_path / 'ep' / 'output.log').is_file()
+        pytest.fail(f"the episode's child process {child} outlived the timeout")
+    assert (tmp_path / "ep" / "output.log").is_file()
 
 
 def test_episode_process_starts_with_sigint_unblocked(tmp_path):
     """A Ray worker blocks SIGINT and its children inherit the mask: the runner clears it, so an
     episode (and the nodes it starts) can be stopped cleanly."""
-    mod = tmp_path / 'mods' / 'mask_episode.py'
+    mod = tmp_path / "mods" / "mask_episode.py"
     mod.parent.mkdir()
-    mod.write_text('import sys\n'
-                   'line = [ln for ln in open("/proc/self/status") if ln.startswith("SigBlk")][0]\n'
-                   'open(sys.argv[1], "w").write(line)\n')
+    mod.write_text(
+        "import sys\n"
+        'line = [ln for ln in open("/proc/self/status") if ln.startswith("SigBlk")][0]\n'
+        'open(sys.argv[1], "w").write(line)\n'
+    )
     old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])  # as in a Ray worker
     try:
-        row = run_episode(Episode('mask', OPEN_LOOP, {}, 'mask_episode', (str(tmp_path / 'mask'),)),
-                          tmp_path / 'ep', 30.0, env={'PYTHONPATH': str(mod.parent)})
+        row = run_episode(
+            Episode("mask", OPEN_LOOP, {}, "mask_episode", (str(tmp_path / "mask"),)),
+            tmp_path / "ep",
+            30.0,
+            env={"PYTHONPATH": str(mod.parent)},
+        )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    assert row['exit_code'] == 0
-    assert int((tmp_path / 'mask').read_text().split()[1], 16) & (1 << (signal.SIGINT - 1)) == 0
+    assert row["exit_code"] == 0
+    assert int((tmp_path / "mask").read_text().split()[1], 16) & (1 << (signal.SIGINT - 1)) == 0
 
 
 def test_aggregate_closed_loop_groups_and_failures():
-    rows = [{'episode': f'e{i}', 'kind': CLOSED_LOOP, 'policy': 'scripted', 'latency_ms': 0.0,
-             'status': 'ok', 'success': i < 9, 'time_to_success_s': 7.0 if i < 9 else None,
-             'path_length_rad': 2.0, 'max_switch_jump': 0.1 * i, 'lift_max_m': 0.2}
-            for i in range(10)]
-    rows.append({'episode': 'e10', 'kind': CLOSED_LOOP, 'policy': 'scripted', 'latency_ms': 0.0,
-                 'status': 'timed_out', 'error': 'timed out after 900 s'})
+    rows = [
+        {
+            "episode": f"e{i}",
+            "kind": CLOSED_LOOP,
+            "policy": "scripted",
+            "latency_ms": 0.0,
+            "status": "ok",
+            "success": i < 9,
+            "time_to_success_s": 7.0 if i < 9 else None,
+            "path_length_rad": 2.0,
+            "max_switch_jump": 0.1 * i,
+            "lift_max_m": 0.2,
+        }
+        for i in range(10)
+    ]
+    rows.append(
+        {
+            "episode": "e10",
+            "kind": CLOSED_LOOP,
+            "policy": "scripted",
+            "latency_ms": 0.0,
+            "status": "timed_out",
+            "error": "timed out after 900 s",
+        }
+    )
     agg = aggregate(rows, CLOSED_LOOP)
-    (g,) = agg['groups']
-    assert (g['episodes'], g['completed'], g['failed'], g['successes']) == (11, 10, 1, 9)
-    assert g['success_rate'] == pytest.approx(0.9)
-    assert (g['wilson95_low'], g['wilson95_high']) == pytest.approx(wilson_interval(9, 10))
-    assert g['max_switch_jump_max'] == pytest.approx(0.9)
+    (g,) = agg["groups"]
+    assert (g["episodes"], g["completed"], g["failed"], g["successes"]) == (11, 10, 1, 9)
+    assert g["success_rate"] == pytest.approx(0.9)
+    assert (g["wilson95_low"], g["wilson95_high"]) == pytest.approx(wilson_interval(9, 10))
+    assert g["max_switch_jump_max"] == pytest.approx(0.9)
     text = format_aggregate(agg)
-    assert '9/10' in text and 'TIMED_OUT e10: timed out after 900 s' in text
+    assert "9/10" in text and "TIMED_OUT e10: timed out after 900 s" in text
 
 
 def test_output_folder_resume_rules(tmp_path):
-    out = tmp_path / 'ev'
-    folder = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
-    ep_ok, ep_bad = Episode('ok', OPEN_LOOP, {}, 'm'), Episode('bad', OPEN_LOOP, {}, 'm')
-    folder.save_row({'episode': 'ok', 'status': 'ok', 'args': []})
-    folder.save_row({'episode': 'bad', 'status': 'failed', 'error': 'x', 'args': []})
-    again = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'a']})
-    assert again.finished(ep_ok) == {'episode': 'ok', 'status': 'ok', 'args': []}
+    out = tmp_path / "ev"
+    folder = OutputFolder(out, {"kind": OPEN_LOOP, "options": ["--model", "a"]})
+    ep_ok, ep_bad = Episode("ok", OPEN_LOOP, {}, "m"), Episode("bad", OPEN_LOOP, {}, "m")
+    folder.save_row({"episode": "ok", "status": "ok", "args": []})
+    folder.save_row({"episode": "bad", "status": "failed", "error": "x", "args": []})
+    again = OutputFolder(out, {"kind": OPEN_LOOP, "options": ["--model", "a"]})
+    assert again.finished(ep_ok) == {"episode": "ok", "status": "ok", "args": []}
     assert again.finished(ep_bad) is None  # failed episodes run again
-    with pytest.raises(EvaluateError, match='other settings'):
-        OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'b']})
-    fresh = OutputFolder(out, {'kind': OPEN_LOOP, 'options': ['--model', 'b']}, overwrite=True)
+    with pytest.raises(EvaluateError, match="other settings"):
+        OutputFolder(out, {"kind": OPEN_LOOP, "options": ["--model", "b"]})
+    fresh = OutputFolder(out, {"kind": OPEN_LOOP, "options": ["--model", "b"]}, overwrite=True)
     assert fresh.finished(ep_ok) is None
-    (tmp_path / 'other').mkdir()
-    (tmp_path / 'other' / 'f.txt').write_text('x')
-    with pytest.raises(EvaluateError, match='not an evaluation folder'):
-        OutputFolder(tmp_path / 'other', {'kind': OPEN_LOOP, 'options': []})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "f.txt").write_text("x")
+    with pytest.raises(EvaluateError, match="not an evaluation folder"):
+        OutputFolder(tmp_path / "other", {"kind": OPEN_LOOP, "options": []})
 
 
 def test_bad_options_fail_before_any_episode(tmp_path, capsys):
-    assert evaluate_main(['open-loop', str(tmp_path / 'none'), '--out', str(tmp_path / 'o')]) == 2
-    assert 'does not exist' in capsys.readouterr().err
-    assert evaluate_main(['open-loop', str(SAMPLE_BAG), '--out', str(tmp_path / 'o'),
-                          '--workers', '0']) == 2
-    assert evaluate_main(['closed-loop', '--episodes', '0', '--out', str(tmp_path / 'o')]) == 2
+    assert evaluate_main(["open-loop", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert evaluate_main(["open-loop", str(SAMPLE_BAG), "--out", str(tmp_path / "o"), "--workers", "0"]) == 2
+    assert evaluate_main(["closed-loop", "--episodes", "0", "--out", str(tmp_path / "o")]) == 2
 
 
 def _table(out: Path) -> list[dict[str, str]]:
-    with open(out / 'episodes.csv') as f:
+    with open(out / "episodes.csv") as f:
         return list(csv.DictReader(f))
 
 
@@ -194,81 +243,110 @@ def _table(out: Path) -> list[dict[str, str]]:
 def test_evaluate_open_loop_on_local_ray(tmp_path, capsys):
     """3 small bags, 2 workers on an embedded Ray instance: 3 rows, the broken bag a failed row with
     its error; a rerun skips the finished episodes; the same inputs give the same metrics."""
-    bags = tmp_path / 'bags'
+    bags = tmp_path / "bags"
     bags.mkdir()
-    window(SAMPLE_BAG, bags / 'first_2s', 2.0)
-    window(SAMPLE_BAG, bags / 'first_3s', 3.0)
-    _broken_bag(bags / 'zz_broken')
-    out = tmp_path / 'eval'
-    argv = ['open-loop', str(bags), '--out', str(out), '--workers', '2', '--model', 'pi05-tiny',
-            '--max-frames', '4', '--no-plots', '--progress', 'off']
+    window(SAMPLE_BAG, bags / "first_2s", 2.0)
+    window(SAMPLE_BAG, bags / "first_3s", 3.0)
+    _broken_bag(bags / "zz_broken")
+    out = tmp_path / "eval"
+    argv = [
+        "open-loop",
+        str(bags),
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--model",
+        "pi05-tiny",
+        "--max-frames",
+        "4",
+        "--no-plots",
+        "--progress",
+        "off",
+    ]
     assert evaluate_main(argv) == 1  # one episode failed
     err = capsys.readouterr().err  # no bar (--progress off): a line per finished episode as it ends
-    assert 'evaluate: episode first_2s ok (' in err and 'evaluate: episode first_3s ok (' in err, err
-    assert 'evaluate: episode zz_broken failed' in err, err
+    assert "evaluate: episode first_2s ok (" in err and "evaluate: episode first_3s ok (" in err, err
+    assert "evaluate: episode zz_broken failed" in err, err
     rows = _table(out)
-    assert [r['episode'] for r in rows] == ['first_2s', 'first_3s', 'zz_broken']
-    assert [r['status'] for r in rows] == ['ok', 'ok', 'failed']
-    assert 'cannot open bag' in rows[2]['error'] and rows[2]['exit_code'] == '2'
+    assert [r["episode"] for r in rows] == ["first_2s", "first_3s", "zz_broken"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
+    assert "cannot open bag" in rows[2]["error"] and rows[2]["exit_code"] == "2"
     for r in rows[:2]:
-        assert r['reference_available'] == 'True' and float(r['mae']) > 0 and float(r['hold_mae']) > 0
-    report = json.loads((out / 'report.json').read_text())
-    assert report['completed'] == 2 and report['failed'][0]['episode'] == 'zz_broken'
-    assert (out / 'action_error.png').is_file()
+        assert r["reference_available"] == "True" and float(r["mae"]) > 0 and float(r["hold_mae"]) > 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["completed"] == 2 and report["failed"][0]["episode"] == "zz_broken"
+    assert (out / "action_error.png").is_file()
     capsys.readouterr()
-    stamps = {r['episode']: (out / 'episodes' / r['episode'] / 'result.json').stat().st_mtime_ns
-              for r in rows}
+    stamps = {r["episode"]: (out / "episodes" / r["episode"] / "result.json").stat().st_mtime_ns for r in rows}
 
     assert evaluate_main(argv) == 1  # rerun: the broken bag runs again, the others are skipped
-    assert '2 of 3 episodes already finished' in capsys.readouterr().err
-    for eid in ('first_2s', 'first_3s'):
-        assert (out / 'episodes' / eid / 'result.json').stat().st_mtime_ns == stamps[eid]
-    assert (out / 'episodes' / 'zz_broken' / 'result.json').stat().st_mtime_ns != stamps['zz_broken']
+    assert "2 of 3 episodes already finished" in capsys.readouterr().err
+    for eid in ("first_2s", "first_3s"):
+        assert (out / "episodes" / eid / "result.json").stat().st_mtime_ns == stamps[eid]
+    assert (out / "episodes" / "zz_broken" / "result.json").stat().st_mtime_ns != stamps["zz_broken"]
     assert len(_table(out)) == 3
 
-    out2 = tmp_path / 'eval2'
+    out2 = tmp_path / "eval2"
     assert evaluate_main([*argv[:3], str(out2), *argv[4:]]) == 1
-    metrics = ('n_chunks', 'n_points', 'mae', 'rmse', 'mae_norm', 'hold_mae', 'hold_mae_norm')
+    metrics = ("n_chunks", "n_points", "mae", "rmse", "mae_norm", "hold_mae", "hold_mae_norm")
     assert [[r[m] for m in metrics] for r in _table(out2)] == [[r[m] for m in metrics] for r in rows]
 
 
 def test_latency_on_the_model_is_refused(tmp_path, capsys):
     """The model's latency is its own: an added --latency-ms would label rows with a latency that
     never happened, so it is refused before any episode."""
-    assert evaluate_main(['closed-loop', '--episodes', '2', '--latency-ms', '0', '100',
-                          '--model', 'pi05-tiny', '--out', str(tmp_path / 'o')]) == 2
-    assert 'scripted policy only' in capsys.readouterr().err
-    assert not (tmp_path / 'o').exists()
+    assert (
+        evaluate_main(
+            [
+                "closed-loop",
+                "--episodes",
+                "2",
+                "--latency-ms",
+                "0",
+                "100",
+                "--model",
+                "pi05-tiny",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
+    assert "scripted policy only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_review_rules_refused_before_any_episode(tmp_path, capsys):
     """Options whose rows would lie are refused: the model's default silently random, an option
     evaluate sets itself passed through --loop-arg."""
-    out = str(tmp_path / 'o')
-    assert evaluate_main(['closed-loop', '--episodes', '1', '--out', out]) == 2
-    assert '--policy model needs --model' in capsys.readouterr().err
-    assert evaluate_main(['closed-loop', '--episodes', '1', '--policy', 'scripted', '--out', out,
-                          '--loop-arg=--seed=3']) == 2
-    assert 'evaluate sets --seed itself' in capsys.readouterr().err
-    eps = closed_loop_episodes([0], 'scripted', [0, 0.0, 100], 12.0, 300.0, model='scripted')
-    assert [e.id for e in eps] == ['scripted-lat0ms-seed0000', 'scripted-lat100ms-seed0000']
-    assert eps[0].columns['model'] == 'scripted'
+    out = str(tmp_path / "o")
+    assert evaluate_main(["closed-loop", "--episodes", "1", "--out", out]) == 2
+    assert "--policy model needs --model" in capsys.readouterr().err
+    assert (
+        evaluate_main(["closed-loop", "--episodes", "1", "--policy", "scripted", "--out", out, "--loop-arg=--seed=3"])
+        == 2
+    )
+    assert "evaluate sets --seed itself" in capsys.readouterr().err
+    eps = closed_loop_episodes([0], "scripted", [0, 0.0, 100], 12.0, 300.0, model="scripted")
+    assert [e.id for e in eps] == ["scripted-lat0ms-seed0000", "scripted-lat100ms-seed0000"]
+    assert eps[0].columns["model"] == "scripted"
 
 
 def test_a_rerun_reuses_a_row_only_for_the_same_command(tmp_path):
     """An id alone is not the episode: another episode length (or bag path) runs again."""
-    folder = OutputFolder(tmp_path / 'ev', {'kind': CLOSED_LOOP, 'options': []})
-    ep12 = closed_loop_episodes([0], 'scripted', [0], 12.0, 300.0)[0]
-    ep3 = closed_loop_episodes([0], 'scripted', [0], 3.0, 300.0)[0]
+    folder = OutputFolder(tmp_path / "ev", {"kind": CLOSED_LOOP, "options": []})
+    ep12 = closed_loop_episodes([0], "scripted", [0], 12.0, 300.0)[0]
+    ep3 = closed_loop_episodes([0], "scripted", [0], 3.0, 300.0)[0]
     assert ep12.id == ep3.id
-    folder.save_row({'episode': ep12.id, 'status': 'ok', 'args': list(ep12.args)})
+    folder.save_row({"episode": ep12.id, "status": "ok", "args": list(ep12.args)})
     assert folder.finished(ep12) is not None and folder.finished(ep3) is None
-    a, b = tmp_path / 'A' / 'run1', tmp_path / 'B' / 'run1'
+    a, b = tmp_path / "A" / "run1", tmp_path / "B" / "run1"
     for bag in (a, b):
         bag.mkdir(parents=True)
-        (bag / 'metadata.yaml').write_text('x')
+        (bag / "metadata.yaml").write_text("x")
     (ea,), (eb,) = open_loop_episodes([a]), open_loop_episodes([b])
-    folder.save_row({'episode': ea.id, 'status': 'ok', 'args': list(ea.args)})
+    folder.save_row({"episode": ea.id, "status": "ok", "args": list(ea.args)})
     assert ea.id == eb.id and folder.finished(ea) is not None and folder.finished(eb) is None
 
 
@@ -276,32 +354,42 @@ def test_closed_loop_episodes_get_their_own_domain_and_no_stale_report(tmp_path,
     """With ROS_DOMAIN_ID exported, parallel loops would share one domain (and each other's
     chunks): the episode's process does not inherit it. A previous attempt's report is removed
     before the episode starts, so a crash is never read as the old result."""
-    mod = tmp_path / 'mods' / 'env_episode.py'
+    mod = tmp_path / "mods" / "env_episode.py"
     mod.parent.mkdir()
-    mod.write_text('import os, sys\n'
-                   'open(sys.argv[1], "w").write(os.environ.get("ROS_DOMAIN_ID", "unset"))\n'
-                   'sys.exit(1)\n')
-    monkeypatch.setenv('ROS_DOMAIN_ID', '7')
-    ep_dir = tmp_path / 'ep'
+    mod.write_text(
+        'import os, sys\nopen(sys.argv[1], "w").write(os.environ.get("ROS_DOMAIN_ID", "unset"))\nsys.exit(1)\n'
+    )
+    monkeypatch.setenv("ROS_DOMAIN_ID", "7")
+    ep_dir = tmp_path / "ep"
     ep_dir.mkdir()
-    (ep_dir / 'report.json').write_text(json.dumps({'episode': {'success': True}, 'checks': {}}))
-    ep = Episode('x', CLOSED_LOOP, {'seed': 0}, 'env_episode', (str(tmp_path / 'dom'),))
-    row = run_episode(ep, ep_dir, 30.0, env={'PYTHONPATH': str(mod.parent)})
-    assert (tmp_path / 'dom').read_text() == 'unset'
-    assert row['status'] == 'failed' and 'no readable report.json' in row['error']
+    (ep_dir / "report.json").write_text(json.dumps({"episode": {"success": True}, "checks": {}}))
+    ep = Episode("x", CLOSED_LOOP, {"seed": 0}, "env_episode", (str(tmp_path / "dom"),))
+    row = run_episode(ep, ep_dir, 30.0, env={"PYTHONPATH": str(mod.parent)})
+    assert (tmp_path / "dom").read_text() == "unset"
+    assert row["status"] == "failed" and "no readable report.json" in row["error"]
 
 
 def test_open_loop_row_says_which_reference(tmp_path):
     """A bag compared with its joint states (no command topic) says so in its row."""
-    (tmp_path / 'report.json').write_text(json.dumps({
-        'summary': {'chunks': 3, 'frame_time_p50_s': 0.1},
-        'action_accuracy': {'available': True, 'reference_kind': 'joint_state',
-                            'reference_topic': '/joint_states',
-                            'message': '/commanded_action is not in the bag; compared with the joint states',
-                            'mae': 0.1, 'mae_norm': 0.2, 'hold_baseline': {'mae': 0.05}}}))
-    row = row_from_outputs(Episode('b', OPEN_LOOP, {'bag': 'b'}, 'm'), tmp_path, 0, '', 1.0, False)
-    assert row['status'] == 'ok' and row['reference_kind'] == 'joint_state'
-    assert 'compared with the joint states' in row['note']
+    (tmp_path / "report.json").write_text(
+        json.dumps(
+            {
+                "summary": {"chunks": 3, "frame_time_p50_s": 0.1},
+                "action_accuracy": {
+                    "available": True,
+                    "reference_kind": "joint_state",
+                    "reference_topic": "/joint_states",
+                    "message": "/commanded_action is not in the bag; compared with the joint states",
+                    "mae": 0.1,
+                    "mae_norm": 0.2,
+                    "hold_baseline": {"mae": 0.05},
+                },
+            }
+        )
+    )
+    row = row_from_outputs(Episode("b", OPEN_LOOP, {"bag": "b"}, "m"), tmp_path, 0, "", 1.0, False)
+    assert row["status"] == "ok" and row["reference_kind"] == "joint_state"
+    assert "compared with the joint states" in row["note"]
 
 
 def test_resources_no_node_has_are_refused():
@@ -310,12 +398,12 @@ def test_resources_no_node_has_are_refused():
     class FakeRay:
         @staticmethod
         def cluster_resources():
-            return {'CPU': 2.0}
+            return {"CPU": 2.0}
 
     check_resources(FakeRay, RayOptions(workers=2, cpus=1.0))
-    with pytest.raises(ValueError, match='asks for 1 GPU but the Ray instance has 0'):
+    with pytest.raises(ValueError, match="asks for 1 GPU but the Ray instance has 0"):
         check_resources(FakeRay, RayOptions(workers=1, cpus=1.0, gpus=1.0))
-    with pytest.raises(ValueError, match='4 CPU'):
+    with pytest.raises(ValueError, match="4 CPU"):
         check_resources(FakeRay, RayOptions(workers=1, cpus=4.0))
 
 
@@ -325,17 +413,16 @@ def test_without_ray_evaluate_says_what_to_install_before_writing_anything(tmp_p
     real = builtins.__import__
 
     def no_ray(name, *args, **kw):
-        if name == 'ray' or name.startswith('ray.'):
+        if name == "ray" or name.startswith("ray."):
             raise ImportError("No module named 'ray'")
         return real(name, *args, **kw)
 
-    monkeypatch.setattr(builtins, '__import__', no_ray)
-    out = tmp_path / 'eval'
-    assert evaluate_main(['open-loop', str(SAMPLE_BAG), '--out', str(out), '--model', 'pi05-tiny']) == 2
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    out = tmp_path / "eval"
+    assert evaluate_main(["open-loop", str(SAMPLE_BAG), "--out", str(out), "--model", "pi05-tiny"]) == 2
     err = capsys.readouterr().err
-    assert "evaluate runs its episodes on Ray, which is not installed here" in err and 'requirements-eval.txt' in err
+    assert "evaluate runs its episodes on Ray, which is not installed here" in err and "requirements-eval.txt" in err
     assert not out.exists()
-
 
 
 _EMBEDDED = """
@@ -348,15 +435,15 @@ ray.shutdown()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('mode', [None, 'disabled'])
+@pytest.mark.parametrize("mode", [None, "disabled"])
 def test_the_embedded_ray_starts_without_its_token_auth_warning(mode):
     """The embedded instance as evaluate starts it, in a fresh process: Ray's token authentication
     chosen explicitly (Ray warned 'Token authentication is enabled for this Ray cluster' on every
     start when the mode was unset); a user's RAY_AUTH_MODE stays."""
-    env = {k: v for k, v in os.environ.items() if k != 'RAY_AUTH_MODE'}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     if mode:
-        env['RAY_AUTH_MODE'] = mode
-    r = subprocess.run([sys.executable, '-c', _EMBEDDED], capture_output=True, text=True, timeout=300, env=env)
+        env["RAY_AUTH_MODE"] = mode
+    r = subprocess.run([sys.executable, "-c", _EMBEDDED], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.splitlines()[-1] == f'RAY_AUTH_MODE={mode or "token"} 42', r.stdout
-    assert 'Token authentication' not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == f"RAY_AUTH_MODE={mode or 'token'} 42", r.stdout
+    assert "Token authentication" not in r.stderr, r.stderr[-3000:]

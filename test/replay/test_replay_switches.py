@@ -35,8 +35,8 @@ def test_known_offset_at_the_first_executed_point():
     jump = sw.add(10.1, rows(10, 5.0, offset=(0.3, -0.75)), available=10.135)
     assert jump == pytest.approx(0.75)
     out = sw.summary()
-    assert out['switches'] == 1 and out['switch_jump_median'] == pytest.approx(0.75)
-    assert out['switch_jump_max'] == pytest.approx(0.75) and out['switches_after_hold'] == 0
+    assert out["switches"] == 1 and out["switch_jump_median"] == pytest.approx(0.75)
+    assert out["switch_jump_max"] == pytest.approx(0.75) and out["switches_after_hold"] == 0
 
 
 def test_interpolation_between_points_of_the_old_chunk():
@@ -46,7 +46,7 @@ def test_interpolation_between_points_of_the_old_chunk():
     assert sw.add(10.07, rows(10, 3.5), available=10.07) == pytest.approx(0.0)
     # then from that chunk (3.5 + i at 10.09 + 0.02 i): at 10.15 it is 6.5, the next starts at 6.0
     assert sw.add(10.13, rows(10, 6.0), available=10.13) == pytest.approx(0.5)
-    assert sw.summary()['switch_jump_median'] == pytest.approx(0.25)
+    assert sw.summary()["switch_jump_median"] == pytest.approx(0.25)
 
 
 def test_switch_after_hold_and_never_executed_chunks_are_counted_not_measured():
@@ -55,13 +55,22 @@ def test_switch_after_hold_and_never_executed_chunks_are_counted_not_measured():
     assert sw.add(10.1, rows(3, 9.0), available=10.15) is None  # point 2 due 10.16: after a hold
     assert sw.add(10.2, rows(3, 9.0), available=10.5) is None  # every point due before 10.5
     out = sw.summary()
-    assert out['switches'] == 0 and out['switches_after_hold'] == 1
-    assert out['chunks_never_executed'] == 1 and out['switch_jump_max'] is None
+    assert out["switches"] == 0 and out["switches_after_hold"] == 1
+    assert out["chunks_never_executed"] == 1 and out["switch_jump_max"] is None
 
 
 def _stats(switches: dict) -> ReplayStats:
-    s = ReplayStats(meta={'bag': 'b', 'bag_duration_s': 1.0, 'model': 'm', 'timing': 't',
-                          'horizon': 10, 'control_period_s': DT, 'command_kind': 'position'})
+    s = ReplayStats(
+        meta={
+            "bag": "b",
+            "bag_duration_s": 1.0,
+            "model": "m",
+            "timing": "t",
+            "horizon": 10,
+            "control_period_s": DT,
+            "command_kind": "position",
+        }
+    )
     s.switches = switches
     return s
 
@@ -72,21 +81,25 @@ def test_report_lines_and_json_carry_the_switch_figures(tmp_path):
     sw.add(10.1, rows(10, 5.0, offset=(0.3, -0.75)), available=10.135)
     s = _stats(sw.summary())
     text = format_report(s)
-    assert ('  chunk switches  1 measured, switch discontinuity median 0.7500, max 0.7500 (largest '
-            "joint difference at the new chunk's first executed point, position command units); "
-            '0 after a hold (not measured)') in text.splitlines()
-    s.save_json(tmp_path / 'report.json')
-    summary = json.loads((tmp_path / 'report.json').read_text())['summary']
-    assert summary['chunk_switches'] == 1 and summary['switches_after_hold'] == 0
-    assert summary['switch_jump_median'] == pytest.approx(0.75)
-    assert summary['switch_jump_max'] == pytest.approx(0.75)
+    assert (
+        "  chunk switches  1 measured, switch discontinuity median 0.7500, max 0.7500 (largest "
+        "joint difference at the new chunk's first executed point, position command units); "
+        "0 after a hold (not measured)"
+    ) in text.splitlines()
+    s.save_json(tmp_path / "report.json")
+    summary = json.loads((tmp_path / "report.json").read_text())["summary"]
+    assert summary["chunk_switches"] == 1 and summary["switches_after_hold"] == 0
+    assert summary["switch_jump_median"] == pytest.approx(0.75)
+    assert summary["switch_jump_max"] == pytest.approx(0.75)
 
 
-@pytest.mark.parametrize('switches', [{}, ChunkSwitches(DT).summary()])
+@pytest.mark.parametrize("switches", [{}, ChunkSwitches(DT).summary()])
 def test_fewer_than_two_chunks_say_so_and_give_no_figure(switches):
     s = _stats(switches)
     text = format_report(s)
-    assert '  chunk switches  no chunk switches (fewer than 2 executed chunks); 0 after a hold ' \
-           '(not measured)' in text.splitlines()
+    assert (
+        "  chunk switches  no chunk switches (fewer than 2 executed chunks); 0 after a hold "
+        "(not measured)" in text.splitlines()
+    )
     r = summarize(s)
-    assert r['chunk_switches'] == 0 and r['switch_jump_median'] is None and r['switch_jump_max'] is None
+    assert r["chunk_switches"] == 0 and r["switch_jump_median"] is None and r["switch_jump_max"] is None

@@ -20,8 +20,16 @@ from oxygen_ros.ros.convert import command_messages, primary_values
 from oxygen_ros.ros.model_setup import action_space
 from oxygen_ros.ros.params.node_config import NodeConfig
 
-DROID = ("panda_joint1", "panda_joint2", "panda_joint3", "panda_joint4", "panda_joint5", "panda_joint6",
-         "panda_joint7", "gripper")
+DROID = (
+    "panda_joint1",
+    "panda_joint2",
+    "panda_joint3",
+    "panda_joint4",
+    "panda_joint5",
+    "panda_joint6",
+    "panda_joint7",
+    "gripper",
+)
 PARITY = Path(__file__).resolve().parents[1] / "data" / "parity" / "tiny_lerobot_pi05"
 
 
@@ -54,8 +62,16 @@ def test_velocity_checkpoint_never_fills_positions():
 
 def test_aloha_delta_chunk_reaches_the_controller_as_absolute_flipped_positions():
     names = ("waist", "shoulder", "gripper")
-    fr = frames_for(ActionSpaceConfig(kind="delta", absolute_joints=("gripper",), flip_joints=("shoulder",),
-                                      gripper_joints=("gripper",), gripper_conversion="aloha"), names)
+    fr = frames_for(
+        ActionSpaceConfig(
+            kind="delta",
+            absolute_joints=("gripper",),
+            flip_joints=("shoulder",),
+            gripper_joints=("gripper",),
+            gripper_conversion="aloha",
+        ),
+        names,
+    )
     obs = fr.observation(Observation(images={}, state=np.array([0.2, 0.3, 0.5]), instruction="x", stamp=2.0))
     np.testing.assert_allclose(obs.state[:2], [0.2, -0.3], atol=1e-7)  # what the model is given
     cmd = fr.command(ActionChunk(np.array([[0.1, 0.05, 0.4]], np.float32), stamp=2.0, frame_id=3))
@@ -97,11 +113,17 @@ def test_configure_fails_when_the_checkpoint_says_relative(tmp_path):
     folder = tmp_path / "ckpt"
     shutil.copytree(PARITY, folder)
     raw = json.loads((folder / "config.json").read_text())
-    raw.update(use_relative_actions=True, relative_exclude_joints=["gripper"],
-               action_feature_names=[f"j{i}" if i % 7 != 6 else f"gripper{i}" for i in range(14)])
+    raw.update(
+        use_relative_actions=True,
+        relative_exclude_joints=["gripper"],
+        action_feature_names=[f"j{i}" if i % 7 != 6 else f"gripper{i}" for i in range(14)],
+    )
     (folder / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match=r"action_space.kind='absolute' but .*config.json says "
-                                         r"use_relative_actions=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"action_space.kind='absolute' but .*config.json says "
+        r"use_relative_actions=true",
+    ):
         action_space(node_cfg(str(folder), ActionSpaceConfig()))
     with pytest.raises(ValueError, match=r"action_space.absolute_joints=\['j6'\] but .* keeps \['j6', 'j13'\]"):
         action_space(node_cfg(str(folder), ActionSpaceConfig(kind="delta", absolute_joints=("j6",))))

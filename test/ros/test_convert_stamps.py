@@ -1,10 +1,11 @@
-"""Tests for oxygen_ros.ros.convert.stamps: stamps (builtin_interfaces/Time ↔ seconds); pure message construction, no DDS."""
+"""Tests for oxygen_ros.ros.convert.stamps: stamps (builtin_interfaces/Time ↔ seconds); pure message construction, no
+DDS."""
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')  # DDS stays on this host
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # DDS stays on this host
 
 import math
 
@@ -17,7 +18,7 @@ from oxygen_ros.ros.convert import (
 )
 
 
-@pytest.mark.parametrize('t', [0.0, 1.5, 1_700_000_000.123456789, 0.9999999999, 42.000000001])
+@pytest.mark.parametrize("t", [0.0, 1.5, 1_700_000_000.123456789, 0.9999999999, 42.000000001])
 def test_stamp_round_trip(t):
     stamp = sec_to_stamp(t)
     assert 0 <= stamp.nanosec < 1_000_000_000
@@ -31,7 +32,7 @@ def test_stamp_exact_values():
     assert stamp_to_sec(Time(sec=3, nanosec=250_000_000)) == 3.25
 
 
-@pytest.mark.parametrize('t', [math.nan, math.inf, 2.0**31, -(2.0**31) - 1])
+@pytest.mark.parametrize("t", [math.nan, math.inf, 2.0**31, -(2.0**31) - 1])
 def test_sec_to_stamp_rejects_bad_times(t):
     with pytest.raises(ValueError):
         sec_to_stamp(t)

@@ -37,11 +37,18 @@ def test_compile_notes_name_each_eager_fallback_with_its_reason_and_every_recomp
     """The node's status turns WARN with these notes: a compiled stage that runs eagerly says why,
     and stages that compiled after warm-up say how often (never "compiled" while eager)."""
     from oxygen_ros.ros.node_status import compile_notes
-    values = {"compiled_stages": "vision,prefill,denoise", "graphs_decode": 5, "recompiles_decode": 3,
-              "recompiles_prefill": 1, "fallback_decode": "5 graphs exceed the budget of 4 (...)"}
+
+    values = {
+        "compiled_stages": "vision,prefill,denoise",
+        "graphs_decode": 5,
+        "recompiles_decode": 3,
+        "recompiles_prefill": 1,
+        "fallback_decode": "5 graphs exceed the budget of 4 (...)",
+    }
     assert compile_notes(values) == [
         "compiled decode stage fell back to eager (5 graphs exceed the budget of 4 (...))",
-        "recompiled after warm-up: decode x3, prefill x1 (an input shape warm-up did not cover)"]
+        "recompiled after warm-up: decode x3, prefill x1 (an input shape warm-up did not cover)",
+    ]
     assert compile_notes({"compiled_stages": "vision,prefill,denoise,decode", "graphs_decode": 5}) == []
 
 
@@ -56,10 +63,18 @@ def test_stopped_inputs_turn_the_status_warn_then_stale_and_back_to_ok():
 
     watch = InputWatch(["camera base_0_rgb", "joint_states"], timeout_s=1.0)
     inputs = SimpleNamespace(liveness=watch.state)
-    node = SimpleNamespace(cfg=None, policy=None, inputs=inputs, worker=None, problems=ProblemLog(), configure_error="",
-                           lifecycle_state="active", assembler=SimpleNamespace(status=lambda: (None, [])),
-                           get_name=lambda: "oxygen",
-                           get_parameter=lambda name: SimpleNamespace(value="pi05-tiny" if name == "model" else "cpu"))
+    node = SimpleNamespace(
+        cfg=None,
+        policy=None,
+        inputs=inputs,
+        worker=None,
+        problems=ProblemLog(),
+        configure_error="",
+        lifecycle_state="active",
+        assembler=SimpleNamespace(status=lambda: (None, [])),
+        get_name=lambda: "oxygen",
+        get_parameter=lambda name: SimpleNamespace(value="pi05-tiny" if name == "model" else "cpu"),
+    )
     watch.start(0.0)
     watch.seen("camera base_0_rgb", 3.0)
     watch.seen("joint_states", 3.0)
@@ -69,7 +84,9 @@ def test_stopped_inputs_turn_the_status_warn_then_stale_and_back_to_ok():
     st = inference_status(node, 6.2)
     assert st.level[0] == 1 and st.message == "stale: joint_states 3.2 s", st.message
     st = inference_status(node, 7.2)  # the camera too: every input has stopped
-    assert st.level[0] == 3 and st.message == "stale: joint_states 4.2 s, camera base_0_rgb 1.1 s; every input has stopped"
+    assert (
+        st.level[0] == 3 and st.message == "stale: joint_states 4.2 s, camera base_0_rgb 1.1 s; every input has stopped"
+    )
     node.problems.report("frame_dropped", "x", 7.2, 2)  # an ERROR does not hide STALE
     assert inference_status(node, 7.2).level[0] == 3
     node.problems.clear()

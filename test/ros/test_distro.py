@@ -42,11 +42,11 @@ def test_a_closed_context_leaves_no_endpoint_in_the_graph() -> None:
     not. Without the explicit destroy_node this fails on Jazzy and passes on Kilted."""
     with domain_id() as dom:
         observer_ctx = _context(dom)
-        observer = rclpy.create_node('observer', context=observer_ctx)
+        observer = rclpy.create_node("observer", context=observer_ctx)
         try:
             ctx = _context(dom)
-            node = rclpy.create_node('closing', context=ctx)
-            node.create_subscription(JointState, 'joint_states', lambda m: None, reliable_qos())
+            node = rclpy.create_node("closing", context=ctx)
+            node.create_subscription(JointState, "joint_states", lambda m: None, reliable_qos())
             executor = SingleThreadedExecutor(context=ctx)
             executor.add_node(node)
 
@@ -57,12 +57,13 @@ def test_a_closed_context_leaves_no_endpoint_in_the_graph() -> None:
                     except Exception:
                         if ctx.ok():
                             raise
+
             thread = threading.Thread(target=spin, daemon=True)
             thread.start()
-            assert _subscribers(observer, '/joint_states', ['closing']) == ['closing']
+            assert _subscribers(observer, "/joint_states", ["closing"]) == ["closing"]
             close_context(ctx, [node], executor, thread)
             assert not thread.is_alive()
-            assert _subscribers(observer, '/joint_states', []) == []
+            assert _subscribers(observer, "/joint_states", []) == []
             close_context(ctx, [node], executor)  # twice is harmless
         finally:
             close_context(observer_ctx, [observer])
@@ -73,12 +74,12 @@ def test_events_executor_where_rclpy_has_it_else_the_single_threaded_one(monkeyp
     ctx = _context(0)
     try:
         ex, kind = make_executor(ctx)
-        assert kind == 'EventsExecutor' and not isinstance(ex, SingleThreadedExecutor)
+        assert kind == "EventsExecutor" and not isinstance(ex, SingleThreadedExecutor)
         ex.shutdown()
-        monkeypatch.setitem(sys.modules, 'rclpy.experimental', None)  # an rclpy without the module
+        monkeypatch.setitem(sys.modules, "rclpy.experimental", None)  # an rclpy without the module
         assert events_executor() is None
         ex, kind = make_executor(ctx)
-        assert kind == 'SingleThreadedExecutor' and isinstance(ex, SingleThreadedExecutor)
+        assert kind == "SingleThreadedExecutor" and isinstance(ex, SingleThreadedExecutor)
         ex.shutdown()
     finally:
         ctx.try_shutdown()

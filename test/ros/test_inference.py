@@ -39,14 +39,25 @@ class FakeLog:
 
 def obs(i):
     rng = np.random.default_rng(i)
-    return Observation(images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
-                       state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick", stamp=float(i))
+    return Observation(
+        images={"base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)},
+        state=rng.uniform(-1, 1, 14).astype(np.float32),
+        instruction="pick",
+        stamp=float(i),
+    )
 
 
 def test_faults_and_rejections_reach_diagnostics_logs_and_the_text_topic():
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-    eng = Engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),),
-                                      tokens_per_frame=2, kv_blocks=20, max_running_requests=4))
+    eng = Engine(
+        policy,
+        EngineConfig(
+            tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),),
+            tokens_per_frame=2,
+            kv_blocks=20,
+            max_running_requests=4,
+        ),
+    )
     problems, out, log = ProblemLog(), FakeOutputs(), FakeLog()
     reported = []
 
@@ -101,15 +112,25 @@ def test_an_ask_while_no_camera_streams_is_answered_with_the_reason(schedule):
     nowhere (running 0, queued 0). Now the loop steps while any request is in flight: the ask
     waits in the queue and ends as expired, and its utterance says so."""
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),),
-                                           schedule=schedule, max_queue_wait_s=0.2))
+    eng = make_engine(
+        policy,
+        EngineConfig(
+            tasks=(TaskConfig("conversation", "{text}", max_new_tokens=8),), schedule=schedule, max_queue_wait_s=0.2
+        ),
+    )
     eng.warmup()
     out, log = FakeOutputs(), FakeLog()
     worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
     rid = worker.ask("conversation", "anyone there?")
     # at once, before any frame: the waiting notice, on the text topic only, without a header
-    assert out.texts == [("conversation", "text", f"[request {rid} waiting: no camera input yet; it waits up to "
-                                                  "0.2 s (engine.max_queue_wait_s) for an observation]")]
+    assert out.texts == [
+        (
+            "conversation",
+            "text",
+            f"[request {rid} waiting: no camera input yet; it waits up to "
+            "0.2 s (engine.max_queue_wait_s) for an observation]",
+        )
+    ]
     end = time.monotonic() + 30
     while time.monotonic() < end and len([t for t in out.texts if t[1] == "text"]) < 2:
         worker._once()
@@ -129,8 +150,15 @@ def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
     closes with ``node deactivated``; the deltas of the last frame (run while stopping) go out
     first, so the deltas still add up to the text. Nothing is left in flight."""
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=64),),
-                                           schedule=schedule, tokens_per_frame=1, max_running_requests=1))
+    eng = make_engine(
+        policy,
+        EngineConfig(
+            tasks=(TaskConfig("conversation", "{text}", max_new_tokens=64),),
+            schedule=schedule,
+            tokens_per_frame=1,
+            max_running_requests=1,
+        ),
+    )
     eng.warmup()
     out, log = FakeOutputs(), FakeLog()
     worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, log, frames=None)
@@ -144,15 +172,18 @@ def test_deactivation_ends_every_request_in_flight_with_the_reason(schedule):
     eng.submit_observation(obs(3))
     worker._handle(eng.step())
     assert worker.end_requests("node deactivated") == 2
-    texts = {t[2][:t[2].index("]") + 1]: t[2] for t in out.texts if t[1] == "text"}
+    texts = {t[2][: t[2].index("]") + 1]: t[2] for t in out.texts if t[1] == "text"}
     assert set(texts) == {f"[#{running} Q: first?]", f"[#{queued} Q: second?]"}, out.texts
     for rid in (running, queued):
         assert next(t for t in texts.values() if t.startswith(f"[#{rid} ")).endswith(
-            f"[request {rid} cancelled: node deactivated]")
+            f"[request {rid} cancelled: node deactivated]"
+        )
     deltas = "".join(t[2] for t in out.texts if t[1] == "delta")
     assert deltas == "".join(t[2] for t in out.texts if t[1] == "text")
-    assert len(texts[f"[#{running} Q: first?]"]) > len(f"[#{running} Q: first?] [request {running} cancelled: node "
-                                                      "deactivated]") + 1  # it had decoded tokens
+    assert (
+        len(texts[f"[#{running} Q: first?]"])
+        > len(f"[#{running} Q: first?] [request {running} cancelled: node deactivated]") + 1
+    )  # it had decoded tokens
     assert eng.in_flight == 0 and worker.ended["cancelled"] == 2
     row = worker.snapshot
     assert row["requests_conversation_submitted"] == 2 and row["requests_conversation_cancelled"] == 2
@@ -169,12 +200,25 @@ def test_waiting_notice_only_before_the_first_observation_and_says_what_is_missi
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
     eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=2),)))
     out = FakeOutputs()
-    worker = InferenceWorker(eng, NoCamera(images=3, waiting="waiting for joint states"), out, FrameStats(),
-                             lambda *a: None, FakeLog(), frames=None)
+    worker = InferenceWorker(
+        eng,
+        NoCamera(images=3, waiting="waiting for joint states"),
+        out,
+        FrameStats(),
+        lambda *a: None,
+        FakeLog(),
+        frames=None,
+    )
     rid = worker.ask("conversation", "a?")
-    assert out.texts == [("conversation", "text", f"[request {rid} waiting: no observation yet (waiting for "
-                                                  "joint states); it waits up to 30.0 s (engine.max_queue_wait_s) "
-                                                  "for an observation]")]
+    assert out.texts == [
+        (
+            "conversation",
+            "text",
+            f"[request {rid} waiting: no observation yet (waiting for "
+            "joint states); it waits up to 30.0 s (engine.max_queue_wait_s) "
+            "for an observation]",
+        )
+    ]
     worker.observed = True  # what _once sets when it hands an observation to the engine
     worker.ask("conversation", "b?")
     assert len(out.texts) == 1
@@ -215,9 +259,17 @@ def test_a_publish_that_raises_loses_no_text_the_restart_publishes_it_first(fail
     once, in order. Before, a request that finished in that frame vanished: its end was dropped
     with the frame, and the restart found nothing in flight to end."""
     policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-    eng = make_engine(policy, EngineConfig(tasks=(TaskConfig("conversation", "{text}", max_new_tokens=1),
-                                                  TaskConfig("memory", "{text}", max_new_tokens=50)),
-                                           tokens_per_frame=1, schedule=schedule))
+    eng = make_engine(
+        policy,
+        EngineConfig(
+            tasks=(
+                TaskConfig("conversation", "{text}", max_new_tokens=1),
+                TaskConfig("memory", "{text}", max_new_tokens=50),
+            ),
+            tokens_per_frame=1,
+            schedule=schedule,
+        ),
+    )
     out = FlakyOutputs(fail_on)
     worker = InferenceWorker(eng, NoCamera(), out, FrameStats(), lambda *a: None, RestartLog(), frames=None)
     worker.observed = True  # no waiting notices
@@ -232,10 +284,12 @@ def test_a_publish_that_raises_loses_no_text_the_restart_publishes_it_first(fail
     assert [t[0] for t in texts] == ["conversation", "memory"], out.texts
     assert texts[0][2].startswith(f"[#{short} Q: short?] ") and "[request" not in texts[0][2], out.texts
     assert texts[1][2].startswith(f"[#{long} Q: long?] ") and texts[1][2].endswith(
-        f"[request {long} cancelled: inference restarted after an error: RuntimeError: publish failed]")
+        f"[request {long} cancelled: inference restarted after an error: RuntimeError: publish failed]"
+    )
     for task in ("conversation", "memory"):  # the deltas add up to the text: nothing lost, nothing twice
         assert "".join(t[2] for t in out.texts if t[:2] == (task, "delta")) == next(
-            t[2] for t in texts if t[0] == task), out.texts
+            t[2] for t in texts if t[0] == task
+        ), out.texts
     assert worker.restarts == 1 and eng.in_flight == 0 and not worker._unsent
     eng.check_invariants()
     eng.close()

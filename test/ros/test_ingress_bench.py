@@ -28,23 +28,25 @@ def test_phase_report_ratios_use_both_low_neighbours_and_skip_the_settle_time():
         while t < start + (i + 1) * window:
             chunks.append(t)
             t += p
-    diags = [(start + i * 0.5, {'joint_states_received': str(int(i * 0.5 * 1000)),
-                                'frame_time_p50_ms': '12.5'}) for i in range(41)]
+    diags = [
+        (start + i * 0.5, {"joint_states_received": str(int(i * 0.5 * 1000)), "frame_time_p50_ms": "12.5"})
+        for i in range(41)
+    ]
     cpu = [(start + 0.1 * i, 0.5 * 0.1 * i) for i in range(201)]
     rep = phase_report(sorted(chunks), diags, start, window, phases, settle=1.0, cpu=cpu)
-    got = [r['period_p50_ms'] for r in rep['phases']]
+    got = [r["period_p50_ms"] for r in rep["phases"]]
     np.testing.assert_allclose(got, [p * 1e3 for p in periods], rtol=1e-6)
-    assert rep['ratios'] == pytest.approx([45 / 33, 40 / 34.5])
-    assert rep['ratio_median'] == pytest.approx(np.median([45 / 33, 40 / 34.5]))
-    assert rep['ratio_min'] == pytest.approx(40 / 34.5) and rep['ratio_max'] == pytest.approx(45 / 33)
-    assert [r['joints'] for r in rep['phases']] == ['low', 'high', 'low', 'high', 'low']
-    assert all(r['joint_states_per_s'] == pytest.approx(1000, rel=0.2) for r in rep['phases'])
-    assert all(r['node_cpu'] == pytest.approx(0.5) for r in rep['phases'])
-    assert rep['ingress_cpu'] == pytest.approx(0.0, abs=1e-9)
+    assert rep["ratios"] == pytest.approx([45 / 33, 40 / 34.5])
+    assert rep["ratio_median"] == pytest.approx(np.median([45 / 33, 40 / 34.5]))
+    assert rep["ratio_min"] == pytest.approx(40 / 34.5) and rep["ratio_max"] == pytest.approx(45 / 33)
+    assert [r["joints"] for r in rep["phases"]] == ["low", "high", "low", "high", "low"]
+    assert all(r["joint_states_per_s"] == pytest.approx(1000, rel=0.2) for r in rep["phases"])
+    assert all(r["node_cpu"] == pytest.approx(0.5) for r in rep["phases"])
+    assert rep["ingress_cpu"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_phase_without_chunks_gives_nan_not_a_crash():
     rep = phase_report([], [], 0.0, 1.0, 3, settle=0.1)
-    assert all(math.isnan(r['period_p50_ms']) for r in rep['phases'])
-    assert math.isnan(rep['ratio_median'])
+    assert all(math.isnan(r["period_p50_ms"]) for r in rep["phases"])
+    assert math.isnan(rep["ratio_median"])
     assert math.isnan(_cpu_rate([(0.0, 0.0)], 0.0, 1.0))

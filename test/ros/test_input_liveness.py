@@ -5,7 +5,7 @@ import pytest
 
 from oxygen_ros.ros.streams.liveness import Change, InputWatch
 
-NAMES = ('camera base_0_rgb', 'camera left_wrist_0_rgb', 'joint_states')
+NAMES = ("camera base_0_rgb", "camera left_wrist_0_rgb", "joint_states")
 
 
 def feed(w, t, names=NAMES):
@@ -26,20 +26,23 @@ def test_one_transition_each_way_and_every_input_stopped():
         t = 11.0 + 0.25 * k
         feed(w, t, NAMES[:2])
         changes += w.check(t)
-    assert changes == [Change('stale', 'joint_states', pytest.approx(1.25))]  # once, not every period
+    assert changes == [Change("stale", "joint_states", pytest.approx(1.25))]  # once, not every period
     live = w.state(14.0)
-    assert [n for n, _ in live.stale] == ['joint_states'] and not live.all_stopped
-    assert live.ages['joint_states'] == pytest.approx(3.0) and live.ages['camera base_0_rgb'] == 0.0
+    assert [n for n, _ in live.stale] == ["joint_states"] and not live.all_stopped
+    assert live.ages["joint_states"] == pytest.approx(3.0) and live.ages["camera base_0_rgb"] == 0.0
     # everything stops at 14.0: every input stale, longest silence first
     live = w.state(15.5)
     assert [(n, round(s, 2)) for n, s in live.stale] == [
-        ('joint_states', 4.5), ('camera base_0_rgb', 1.5), ('camera left_wrist_0_rgb', 1.5)]
+        ("joint_states", 4.5),
+        ("camera base_0_rgb", 1.5),
+        ("camera left_wrist_0_rgb", 1.5),
+    ]
     assert live.all_stopped
-    assert [c.name for c in w.check(15.5)] == ['camera base_0_rgb', 'camera left_wrist_0_rgb']
+    assert [c.name for c in w.check(15.5)] == ["camera base_0_rgb", "camera left_wrist_0_rgb"]
     assert w.check(16.0) == []
     feed(w, 16.1)  # all resume
     resumed = w.check(16.25)
-    assert [(c.kind, c.name) for c in resumed] == [('resumed', n) for n in NAMES]
+    assert [(c.kind, c.name) for c in resumed] == [("resumed", n) for n in NAMES]
     assert resumed[2].seconds == pytest.approx(5.1)  # joint states: last before the gap 11.0
     assert w.check(16.5) == [] and w.state(16.5).stale == []
 
@@ -52,10 +55,10 @@ def test_silent_since_activation_once_per_activation_and_counts_as_stopped():
         feed(w, t, NAMES[1:])
         assert w.check(t) == []
     feed(w, 0.95, NAMES[1:])
-    assert w.check(1.0) == [Change('never', 'camera base_0_rgb', 1.0)]
-    assert w.check(5.0) == [Change('stale', n, pytest.approx(4.05)) for n in NAMES[1:]]
+    assert w.check(1.0) == [Change("never", "camera base_0_rgb", 1.0)]
+    assert w.check(5.0) == [Change("stale", n, pytest.approx(4.05)) for n in NAMES[1:]]
     live = w.state(5.0)
-    assert live.all_stopped and live.ages['camera base_0_rgb'] is None  # never sent + stopped
+    assert live.all_stopped and live.ages["camera base_0_rgb"] is None  # never sent + stopped
     w.start(10.0)  # re-activation: forgotten, reported again
     assert w.state(10.2).stale == [] and not w.state(10.2).all_stopped
     assert [c.name for c in w.check(11.0)] == list(NAMES)

@@ -17,31 +17,51 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from domain_coordinator import domain_id
+from ros_helpers import REPO, RosPeer, node_process, ros_env, stop_process
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import REPO, RosPeer, node_process, ros_env, stop_process
-
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-PARAMS = {'model': 'pi05-tiny', 'num_threads': 1, 'action_rate_hz': 50.0, 'diagnostics_period_s': 0.5,
-          'tasks.memory.every_n_frames': 0,
-          **{f'cameras.{s}.type': 'raw' for s in ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')},
-          'cameras.base_0_rgb.topic': 'cam_high/image_raw',
-          'cameras.left_wrist_0_rgb.topic': 'cam_left_wrist/image_raw',
-          'cameras.right_wrist_0_rgb.topic': 'cam_right_wrist/image_raw'}
+PARAMS = {
+    "model": "pi05-tiny",
+    "num_threads": 1,
+    "action_rate_hz": 50.0,
+    "diagnostics_period_s": 0.5,
+    "tasks.memory.every_n_frames": 0,
+    **{f"cameras.{s}.type": "raw" for s in ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")},
+    "cameras.base_0_rgb.topic": "cam_high/image_raw",
+    "cameras.left_wrist_0_rgb.topic": "cam_left_wrist/image_raw",
+    "cameras.right_wrist_0_rgb.topic": "cam_right_wrist/image_raw",
+}
 
 
 def publisher(dom: int, rate: float, duration: float) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(REPO / 'test' / 'ros_helpers.py'), 'publish', '--domain', str(dom),
-         '--rate', str(rate), '--duration', str(duration)],
-        env=ros_env(dom), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            str(REPO / "test" / "ros_helpers.py"),
+            "publish",
+            "--domain",
+            str(dom),
+            "--rate",
+            str(rate),
+            "--duration",
+            str(duration),
+        ],
+        env=ros_env(dom),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def image_counts(peer: RosPeer) -> list[tuple[float, int]]:
     """(receive time, base camera images the node has taken in) from /diagnostics."""
-    return [(t, int(kv.value)) for t, m in peer.received.get('/diagnostics', [])
-            for kv in m.status[0].values if kv.key == 'images_base_0_rgb']
+    return [
+        (t, int(kv.value))
+        for t, m in peer.received.get("/diagnostics", [])
+        for kv in m.status[0].values
+        if kv.key == "images_base_0_rgb"
+    ]
 
 
 def image_rate(peer: RosPeer, window: float, end: float | None = None) -> float:
@@ -61,24 +81,24 @@ def periods(times: list[float]) -> np.ndarray:
 
 def test_chunk_period_is_steady_under_a_subscription_flood(tmp_path):
     with domain_id() as dom:
-        peer = RosPeer(dom, 'flood_listener')
+        peer = RosPeer(dom, "flood_listener")
         try:
-            peer.collect(JointTrajectory, 'action_chunk')
-            peer.collect(JointState, 'joint_command')
-            peer.collect(DiagnosticArray, '/diagnostics')
-            with node_process(dom, tmp_path / 'node.log', REPO / 'config' / 'oxygen.yaml',
-                              PARAMS) as node:
+            peer.collect(JointTrajectory, "action_chunk")
+            peer.collect(JointState, "joint_command")
+            peer.collect(DiagnosticArray, "/diagnostics")
+            with node_process(dom, tmp_path / "node.log", REPO / "config" / "oxygen.yaml", PARAMS) as node:
                 steady = publisher(dom, 30.0, 600.0)  # stopped below
                 try:
-                    assert peer.wait_for(lambda: len(peer.messages('action_chunk')) > 10, 90)
+                    assert peer.wait_for(lambda: len(peer.messages("action_chunk")) > 10, 90)
                     t0 = time.monotonic()
                     time.sleep(4.0)
                     t1 = time.monotonic()
                     flood = publisher(dom, 2000.0, 600.0)
                     try:
                         # measure once the flood has got going (the node takes in images fast)
-                        assert peer.wait_for(lambda: image_rate(peer, 1.0) > 150, 60), \
-                            f'no flood: {image_rate(peer, 1.0)} images/s'
+                        assert peer.wait_for(lambda: image_rate(peer, 1.0) > 150, 60), (
+                            f"no flood: {image_rate(peer, 1.0)} images/s"
+                        )
                         t2 = time.monotonic()
                         time.sleep(6.0)
                         t3 = time.monotonic()
@@ -87,19 +107,21 @@ def test_chunk_period_is_steady_under_a_subscription_flood(tmp_path):
                 finally:
                     assert stop_process(steady) == 0
                 assert node.poll() is None
-            assert node.returncode == 0, (tmp_path / 'node.log').read_text()
+            assert node.returncode == 0, (tmp_path / "node.log").read_text()
         finally:
             peer.close()
-    log = (tmp_path / 'node.log').read_text()
-    chunk_times = peer.times('action_chunk')
+    log = (tmp_path / "node.log").read_text()
+    chunk_times = peer.times("action_chunk")
     base = periods([t for t in chunk_times if t0 <= t <= t1])
     flooded = periods([t for t in chunk_times if t2 <= t <= t3])
-    cmd_times = peer.times('joint_command')
+    cmd_times = peer.times("joint_command")
     cmd_flooded = periods([t for t in cmd_times if t2 <= t <= t3])
-    summary = (f'chunk period p50/p90 ms: base {np.median(base) * 1e3:.1f}/'
-               f'{np.percentile(base, 90) * 1e3:.1f}, flood {np.median(flooded) * 1e3:.1f}/'
-               f'{np.percentile(flooded, 90) * 1e3:.1f}; command period p50 under flood '
-               f'{np.median(cmd_flooded) * 1e3:.1f} ms')
+    summary = (
+        f"chunk period p50/p90 ms: base {np.median(base) * 1e3:.1f}/"
+        f"{np.percentile(base, 90) * 1e3:.1f}, flood {np.median(flooded) * 1e3:.1f}/"
+        f"{np.percentile(flooded, 90) * 1e3:.1f}; command period p50 under flood "
+        f"{np.median(cmd_flooded) * 1e3:.1f} ms"
+    )
     print(summary)
     assert len(base) > 20 and len(flooded) > 8, (summary, log)
     # it was a flood: the node took in several times more camera images per second

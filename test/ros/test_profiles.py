@@ -48,8 +48,12 @@ def test_libero_profile_has_8_state_dims_and_7_ee_commands():
 
 def test_ee_delta_refuses_a_joint_state_command_stream(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((CONFIG / "libero.yaml").read_text().replace("action_rate_hz: 0.0", "action_rate_hz: 20.0")
-                   .replace("command_type: float64_multi_array", "command_type: joint_state"))
+    bad.write_text(
+        (CONFIG / "libero.yaml")
+        .read_text()
+        .replace("action_rate_hz: 0.0", "action_rate_hz: 20.0")
+        .replace("command_type: float64_multi_array", "command_type: joint_state")
+    )
     with pytest.raises(ParamsFileError, match="command_type='joint_state' with action_space.kind='ee_delta'"):
         load_node_config(bad)
 
@@ -76,7 +80,9 @@ def test_lerobot_aloha_profile_flips_nothing_and_converts_no_gripper():
     # state in and actions out in the dataset's own units: identity, where the openpi profile flips
     np.testing.assert_array_equal(sp.state_to_model(state, np.float64), state)
     openpi = profile("aloha.yaml")
-    flipped = ActionSpace(openpi.action_space, openpi.joint_names, openpi.state_joint_names).state_to_model(state, np.float64)
+    flipped = ActionSpace(openpi.action_space, openpi.joint_names, openpi.state_joint_names).state_to_model(
+        state, np.float64
+    )
     assert flipped[1] == -state[1] and flipped[2] == -state[2]
 
 
@@ -88,8 +94,11 @@ def test_the_lerobot_checkpoint_configures_with_its_profile_and_refuses_the_open
     policy = load_policy(cfg)  # the node's own configure path: convention check, loading, fit
     assert policy.normalizer.action_dim == 14
     openpi = load_node_config(CONFIG / "aloha.yaml", [f"model:={ckpt}"])
-    with pytest.raises(ValueError, match=r"action_space.flip_joints and action_space.gripper_conversion are openpi's "
-                                         r"ALOHA runtime conventions .* use config/aloha_lerobot.yaml"):
+    with pytest.raises(
+        ValueError,
+        match=r"action_space.flip_joints and action_space.gripper_conversion are openpi's "
+        r"ALOHA runtime conventions .* use config/aloha_lerobot.yaml",
+    ):
         action_space(openpi)
 
 
@@ -117,6 +126,7 @@ def test_absolute_joints_with_kind_absolute_says_to_empty_them():
 
 def test_replay_of_a_lerobot_checkpoint_runs_with_aloha_lerobot_and_refuses_aloha(tmp_path, capsys):
     from bag_edit import SAMPLE_BAG
+
     from oxygen_ros.replay.replay import main
 
     ckpt = lerobot_checkpoint(tmp_path)

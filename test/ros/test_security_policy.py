@@ -26,22 +26,21 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from domain_coordinator import domain_id
 from rclpy.node import NodeNameNonExistentError
-
 from ros_helpers import REPO, RosPeer, node_process, ros_env
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-POLICY = REPO / 'config' / 'security' / 'oxygen.policy.xml'
-ACCESS = {'topics': ('publish', 'subscribe'), 'services': ('request', 'reply')}
-ONLY_WITH_SIM_TIME = {'/clock'}
+POLICY = REPO / "config" / "security" / "oxygen.policy.xml"
+ACCESS = {"topics": ("publish", "subscribe"), "services": ("request", "reply")}
+ONLY_WITH_SIM_TIME = {"/clock"}
 
 
 def resolve(name: str, ns: str, node: str) -> str:
     """A policy name as SROS2 expands it: absolute stays, ``~/x`` is ``<ns>/<node>/x``, relative
     names go under ``ns``."""
-    base = ns if ns.endswith('/') else ns + '/'
-    if name.startswith('/'):
+    base = ns if ns.endswith("/") else ns + "/"
+    if name.startswith("/"):
         return name
-    if name.startswith('~'):
+    if name.startswith("~"):
         return base + node + name[1:]
     return base + name
 
@@ -54,34 +53,36 @@ def read_policy(path: Path) -> dict[str, dict[str, set[str]]]:
             with ALLOW qualifiers (DENY rules and actions are not used by this policy).
     """
     root = ET.parse(path).getroot()
-    assert root.tag == 'policy' and root.get('version') == '0.2.0', root.attrib
+    assert root.tag == "policy" and root.get("version") == "0.2.0", root.attrib
     out: dict[str, dict[str, set[str]]] = {}
-    for enclave in root.find('enclaves'):
-        grants = out.setdefault(enclave.get('path'), {a: set() for pair in ACCESS.values() for a in pair})
+    for enclave in root.find("enclaves"):
+        grants = out.setdefault(enclave.get("path"), {a: set() for pair in ACCESS.values() for a in pair})
         for profiles in enclave:
             for profile in profiles:
-                assert profile.tag == 'profile' and profile.get('ns') and profile.get('node'), profile.attrib
+                assert profile.tag == "profile" and profile.get("ns") and profile.get("node"), profile.attrib
                 for rule in profile:
                     assert rule.tag in ACCESS, rule.tag
                     given = {k: v for k, v in rule.attrib.items()}
-                    assert given and set(given) <= set(ACCESS[rule.tag]) and set(given.values()) == {'ALLOW'}, given
-                    names = {resolve(e.text.strip(), profile.get('ns'), profile.get('node')) for e in rule}
+                    assert given and set(given) <= set(ACCESS[rule.tag]) and set(given.values()) == {"ALLOW"}, given
+                    names = {resolve(e.text.strip(), profile.get("ns"), profile.get("node")) for e in rule}
                     for access in given:
                         grants[access] |= names
     return out
 
 
-def node_endpoints(peer: RosPeer, name: str, ns: str = '/') -> dict[str, set[str]]:
+def node_endpoints(peer: RosPeer, name: str, ns: str = "/") -> dict[str, set[str]]:
     """What node ``ns/name`` has in the graph: publish, subscribe, reply (services), request (clients);
     all empty while the node is not (yet) in the graph."""
     n = peer.node
     try:
-        return {'publish': {t for t, _ in n.get_publisher_names_and_types_by_node(name, ns)},
-                'subscribe': {t for t, _ in n.get_subscriber_names_and_types_by_node(name, ns)},
-                'reply': {s for s, _ in n.get_service_names_and_types_by_node(name, ns)},
-                'request': {s for s, _ in n.get_client_names_and_types_by_node(name, ns)}}
+        return {
+            "publish": {t for t, _ in n.get_publisher_names_and_types_by_node(name, ns)},
+            "subscribe": {t for t, _ in n.get_subscriber_names_and_types_by_node(name, ns)},
+            "reply": {s for s, _ in n.get_service_names_and_types_by_node(name, ns)},
+            "request": {s for s, _ in n.get_client_names_and_types_by_node(name, ns)},
+        }
     except NodeNameNonExistentError:
-        return {'publish': set(), 'subscribe': set(), 'reply': set(), 'request': set()}
+        return {"publish": set(), "subscribe": set(), "reply": set(), "request": set()}
 
 
 def graph_report(peer: RosPeer) -> str:
@@ -89,9 +90,11 @@ def graph_report(peer: RosPeer) -> str:
     ``/diagnostics`` and ``/rosout`` (the participant is the GID's first 12 bytes) -- tells a stale
     or second ``oxygen`` node on the domain from a node that lacks an endpoint."""
     n = peer.node
-    pubs = {t: [(i.node_name, bytes(i.endpoint_gid[:12]).hex()) for i in n.get_publishers_info_by_topic(t)]
-            for t in ('/diagnostics', '/rosout')}
-    return f'nodes {n.get_node_names_and_namespaces_with_enclaves()}; publishers {pubs}'
+    pubs = {
+        t: [(i.node_name, bytes(i.endpoint_gid[:12]).hex()) for i in n.get_publishers_info_by_topic(t)]
+        for t in ("/diagnostics", "/rosout")
+    }
+    return f"nodes {n.get_node_names_and_namespaces_with_enclaves()}; publishers {pubs}"
 
 
 def _default_sigint() -> None:
@@ -105,51 +108,65 @@ def granted(name: str, patterns: set[str]) -> bool:
 
 def test_the_shipped_policy_is_a_well_formed_sros2_policy():
     policy = read_policy(POLICY)
-    assert set(policy) == {'/oxygen', '/oxygen_operator'}
-    assert policy['/oxygen']['request'] == set(), 'the node calls no service'
+    assert set(policy) == {"/oxygen", "/oxygen_operator"}
+    assert policy["/oxygen"]["request"] == set(), "the node calls no service"
 
 
 def test_the_policy_grants_exactly_the_endpoints_the_node_has(tmp_path):
     policy = read_policy(POLICY)
-    node_grants, operator = policy['/oxygen'], policy['/oxygen_operator']
-    params = {'model': 'pi05-tiny', 'num_threads': 1, 'diagnostics_period_s': 0.25, 'action_rate_hz': 50.0}
-    with domain_id() as dom, node_process(dom, tmp_path / 'node.log', REPO / 'config' / 'oxygen.yaml', params) as proc:
+    node_grants, operator = policy["/oxygen"], policy["/oxygen_operator"]
+    params = {"model": "pi05-tiny", "num_threads": 1, "diagnostics_period_s": 0.25, "action_rate_hz": 50.0}
+    with domain_id() as dom, node_process(dom, tmp_path / "node.log", REPO / "config" / "oxygen.yaml", params) as proc:
         peer = RosPeer(dom)
         try:
-            peer.collect(DiagnosticArray, '/diagnostics')
-            assert peer.wait_for(lambda: any(d.get('state') == 'active' for d in peer.diagnostics()), 120), \
-                f'node not active; last: {peer.diagnostics()[-1:]}'
-            want = {a: node_grants[a] - (ONLY_WITH_SIM_TIME if a == 'subscribe' else set()) for a in node_grants}
+            peer.collect(DiagnosticArray, "/diagnostics")
+            assert peer.wait_for(lambda: any(d.get("state") == "active" for d in peer.diagnostics()), 120), (
+                f"node not active; last: {peer.diagnostics()[-1:]}"
+            )
+            want = {a: node_grants[a] - (ONLY_WITH_SIM_TIME if a == "subscribe" else set()) for a in node_grants}
             # discovery fills the graph gradually: wait for the policy's view, then compare whatever is there
-            peer.wait_for(lambda: node_endpoints(peer, 'oxygen') == want, 30)
-            have = node_endpoints(peer, 'oxygen')
+            peer.wait_for(lambda: node_endpoints(peer, "oxygen") == want, 30)
+            have = node_endpoints(peer, "oxygen")
             for access in want:
                 assert have[access] == want[access], (
-                    f'{access}: the node has but the policy lacks {sorted(have[access] - want[access])}; '
-                    f'the policy grants but the node lacks {sorted(want[access] - have[access])}; '
-                    + graph_report(peer))
-            assert ONLY_WITH_SIM_TIME <= node_grants['subscribe']
+                    f"{access}: the node has but the policy lacks {sorted(have[access] - want[access])}; "
+                    f"the policy grants but the node lacks {sorted(want[access] - have[access])}; " + graph_report(peer)
+                )
+            assert ONLY_WITH_SIM_TIME <= node_grants["subscribe"]
             # the operator enclave names only the node's real endpoints, and may call every lifecycle and
             # parameter service (the type-description service is for tools, not operators)
-            assert operator['request'] == have['reply'] - {'/oxygen/get_type_description'}, operator['request']
-            assert operator['publish'] - {'/parameter_events'} <= have['subscribe'], operator['publish']
-            assert operator['subscribe'] <= have['publish'], operator['subscribe']
-            asks = {t for t in have['subscribe'] if t == '/ask' or t.endswith('/ask')}
-            assert asks and asks | {'/instruction'} <= operator['publish']
+            assert operator["request"] == have["reply"] - {"/oxygen/get_type_description"}, operator["request"]
+            assert operator["publish"] - {"/parameter_events"} <= have["subscribe"], operator["publish"]
+            assert operator["subscribe"] <= have["publish"], operator["subscribe"]
+            asks = {t for t in have["subscribe"] if t == "/ask" or t.endswith("/ask")}
+            assert asks and asks | {"/instruction"} <= operator["publish"]
             # the `oxygen` command's own node: everything it creates is granted to the operator enclave
-            cli = subprocess.Popen([sys.executable, '-m', 'oxygen_ros.ros.cli', 'listen'], cwd=REPO, env=ros_env(dom),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+            cli = subprocess.Popen(
+                [sys.executable, "-m", "oxygen_ros.ros.cli", "listen"],
+                cwd=REPO,
+                env=ros_env(dom),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=_default_sigint,
+            )
             try:
-                name = f'oxygen_cli_{cli.pid}'
-                assert peer.wait_for(lambda: len(node_endpoints(peer, name)['subscribe']) >= 4, 60), \
-                    f'{name} not seen: {peer.node.get_node_names()}'
+                name = f"oxygen_cli_{cli.pid}"
+                assert peer.wait_for(lambda: len(node_endpoints(peer, name)["subscribe"]) >= 4, 60), (
+                    f"{name} not seen: {peer.node.get_node_names()}"
+                )
                 # rclpy's own entities of every node (created before the subscriptions, discovered in any order)
-                peer.wait_for(lambda: {f'/{name}/get_type_description'} <= node_endpoints(peer, name)['reply']
-                              and '/parameter_events' in node_endpoints(peer, name)['publish'], 30)
+                peer.wait_for(
+                    lambda: (
+                        {f"/{name}/get_type_description"} <= node_endpoints(peer, name)["reply"]
+                        and "/parameter_events" in node_endpoints(peer, name)["publish"]
+                    ),
+                    30,
+                )
                 own = node_endpoints(peer, name)
-                for access in ('publish', 'subscribe', 'reply', 'request'):
+                for access in ("publish", "subscribe", "reply", "request"):
                     missing = sorted(n for n in own[access] if not granted(n, operator[access]))
-                    assert not missing, f'the oxygen command {access}es {missing}, not granted to /oxygen_operator'
+                    assert not missing, f"the oxygen command {access}es {missing}, not granted to /oxygen_operator"
             finally:
                 cli.send_signal(signal.SIGINT)
                 try:
@@ -159,4 +176,4 @@ def test_the_policy_grants_exactly_the_endpoints_the_node_has(tmp_path):
             assert proc.poll() is None
         finally:
             peer.close()
-    assert proc.returncode == 0, (tmp_path / 'node.log').read_text()[-3000:]
+    assert proc.returncode == 0, (tmp_path / "node.log").read_text()[-3000:]

@@ -228,8 +228,12 @@ def test_sim_rejects_bad_settings(tmp_path, kwargs, match):
 def test_into_a_pipe_record_sim_bag_draws_no_progress_bar(tmp_path):
     """stderr a pipe and no --no-progress: no tqdm frame (each a carriage return) in it."""
     out = tmp_path / "bag"
-    r = subprocess.run([sys.executable, "-m", "oxygen_ros.sim.record_bag", "--out", str(out), "--seconds", "0.3",
-                        "--size", "160x120"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "oxygen_ros.sim.record_bag", "--out", str(out), "--seconds", "0.3", "--size", "160x120"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "metadata.yaml").is_file()
     assert "\r" not in r.stderr and "step/s" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]

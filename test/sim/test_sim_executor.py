@@ -9,13 +9,13 @@ import pytest
 
 from oxygen_ros.sim.executor import ChunkExecutor, ExecState, Verdict
 
-NAMES = ('a', 'b', 'c')
+NAMES = ("a", "b", "c")
 DT = 0.02
 HOME = np.zeros(3)
 
 
 def make(**kw) -> ChunkExecutor:
-    kw.setdefault('loss_timeout_s', 0.1)
+    kw.setdefault("loss_timeout_s", 0.1)
     return ChunkExecutor(NAMES, DT, HOME, **kw)
 
 
@@ -28,10 +28,8 @@ def tfs(h: int = 5) -> list[float]:
     return [(i + 1) * DT for i in range(h)]
 
 
-def offer(ex: ChunkExecutor, stamp: float, rows: np.ndarray, now: float,
-          names=NAMES, times=None) -> Verdict:
-    return ex.offer_trajectory(names, stamp, tfs(len(rows)) if times is None else times,
-                               rows.tolist(), now)
+def offer(ex: ChunkExecutor, stamp: float, rows: np.ndarray, now: float, names=NAMES, times=None) -> Verdict:
+    return ex.offer_trajectory(names, stamp, tfs(len(rows)) if times is None else times, rows.tolist(), now)
 
 
 def test_points_are_executed_when_due():
@@ -45,8 +43,8 @@ def test_points_are_executed_when_due():
         assert cmd.positions[0] == pytest.approx(k)  # row k-1 = 1 + (k-1)
         assert cmd.chunk_age == pytest.approx(k * DT)
     counts = ex.counts()
-    assert counts['chunks_executed'] == 1 and counts['executed_steps'] == 5
-    assert counts['late_points'] == 0
+    assert counts["chunks_executed"] == 1 and counts["executed_steps"] == 5
+    assert counts["late_points"] == 0
 
 
 def test_half_step_tolerance_absorbs_stamp_rounding():
@@ -63,7 +61,7 @@ def test_newer_chunk_replaces_the_rest_of_the_old_one_from_its_start():
     got = [ex.step(10.0 + k * DT).positions[0] for k in range(1, 7)]
     # old chunk at 10.02, 10.04, 10.06; new chunk's first point is due at 10.08
     assert got == pytest.approx([0.0, 1.0, 2.0, 100.0, 101.0, 102.0])
-    assert ex.counts()['chunks_executed'] == 2
+    assert ex.counts()["chunks_executed"] == 2
 
 
 def test_older_and_out_of_order_chunks_are_dropped_and_counted():
@@ -72,7 +70,7 @@ def test_older_and_out_of_order_chunks_are_dropped_and_counted():
     assert offer(ex, 10.0, chunk(base=-50.0), now=10.1) is Verdict.OUT_OF_ORDER
     for k in range(1, 6):
         assert ex.step(10.1 + k * DT).positions[0] >= 50.0  # the older one never runs
-    assert ex.counts()['out_of_order'] == 1
+    assert ex.counts()["out_of_order"] == 1
 
 
 def test_same_stamp_replaces_the_chunk():
@@ -81,7 +79,7 @@ def test_same_stamp_replaces_the_chunk():
     assert ex.step(10.02).positions[0] == 1.0
     assert offer(ex, 10.0, chunk(base=7.0), now=10.03) is Verdict.ACCEPTED
     assert ex.step(10.04).positions[0] == 8.0  # same due times, new values
-    assert ex.counts()['same_stamp'] == 1
+    assert ex.counts()["same_stamp"] == 1
 
 
 def test_late_chunk_starts_at_the_point_due_now():
@@ -90,38 +88,41 @@ def test_late_chunk_starts_at_the_point_due_now():
     assert offer(ex, 10.0, chunk(), now=10.061) is Verdict.ACCEPTED
     cmd = ex.step(10.06)
     assert cmd.index == 2 and cmd.positions[0] == 3.0
-    assert ex.counts()['late_points'] == 2
+    assert ex.counts()["late_points"] == 2
 
 
 def test_a_chunk_entirely_in_the_past_expires():
     ex = make()
     assert offer(ex, 10.0, chunk(5), now=10.2) is Verdict.EXPIRED
     assert ex.step(10.2).state is ExecState.WAITING
-    assert ex.counts()['expired'] == 1
+    assert ex.counts()["expired"] == 1
 
 
 def test_joint_order_follows_the_names():
     ex = make()
     rows = np.array([[1.0, 2.0, 3.0]] * 3)
-    offer(ex, 10.0, rows, now=10.0, names=('c', 'a', 'b'))
+    offer(ex, 10.0, rows, now=10.0, names=("c", "a", "b"))
     np.testing.assert_array_equal(ex.step(10.02).positions, [2.0, 3.0, 1.0])
 
 
-@pytest.mark.parametrize('names, rows, times, verdict', [
-    (('a', 'b'), [[0, 0]], [0.02], Verdict.BAD_NAMES),
-    (('a', 'b', 'x'), [[0, 0, 0]], [0.02], Verdict.BAD_NAMES),
-    (('a', 'a', 'b'), [[0, 0, 0]], [0.02], Verdict.BAD_NAMES),
-    (('a', 'b', 'c'), [[0, 0]], [0.02], Verdict.BAD_SHAPE),
-    (('a', 'b', 'c'), [], [], Verdict.BAD_SHAPE),
-    (('a', 'b', 'c'), [[0, 0, 0], [0, 0, 0]], [0.02], Verdict.BAD_SHAPE),
-    (('a', 'b', 'c'), [[0, math.nan, 0]], [0.02], Verdict.NON_FINITE),
-    (('a', 'b', 'c'), [[0, math.inf, 0]], [0.02], Verdict.NON_FINITE),
-    (('a', 'b', 'c'), [[0, 0, 0]], [math.nan], Verdict.NON_FINITE),
-    (('a', 'b', 'c'), [[0, 0, 0], [1, 1, 1]], [0.04, 0.02], Verdict.BAD_TIMES),
-    (('a', 'b', 'c'), [[0, 0, 0], [1, 1, 1]], [0.02, 0.02], Verdict.BAD_TIMES),
-    (('a', 'b', 'c'), [[0, 0, 0]], [-0.02], Verdict.BAD_TIMES),
-    (('a', 'b', 'c'), [['x', 0, 0]], [0.02], Verdict.BAD_SHAPE),
-])
+@pytest.mark.parametrize(
+    "names, rows, times, verdict",
+    [
+        (("a", "b"), [[0, 0]], [0.02], Verdict.BAD_NAMES),
+        (("a", "b", "x"), [[0, 0, 0]], [0.02], Verdict.BAD_NAMES),
+        (("a", "a", "b"), [[0, 0, 0]], [0.02], Verdict.BAD_NAMES),
+        (("a", "b", "c"), [[0, 0]], [0.02], Verdict.BAD_SHAPE),
+        (("a", "b", "c"), [], [], Verdict.BAD_SHAPE),
+        (("a", "b", "c"), [[0, 0, 0], [0, 0, 0]], [0.02], Verdict.BAD_SHAPE),
+        (("a", "b", "c"), [[0, math.nan, 0]], [0.02], Verdict.NON_FINITE),
+        (("a", "b", "c"), [[0, math.inf, 0]], [0.02], Verdict.NON_FINITE),
+        (("a", "b", "c"), [[0, 0, 0]], [math.nan], Verdict.NON_FINITE),
+        (("a", "b", "c"), [[0, 0, 0], [1, 1, 1]], [0.04, 0.02], Verdict.BAD_TIMES),
+        (("a", "b", "c"), [[0, 0, 0], [1, 1, 1]], [0.02, 0.02], Verdict.BAD_TIMES),
+        (("a", "b", "c"), [[0, 0, 0]], [-0.02], Verdict.BAD_TIMES),
+        (("a", "b", "c"), [["x", 0, 0]], [0.02], Verdict.BAD_SHAPE),
+    ],
+)
 def test_malformed_chunks_are_rejected_counted_and_never_executed(names, rows, times, verdict):
     ex = make()
     got = ex.offer_trajectory(names, 10.0, times, rows, 10.0)
@@ -146,14 +147,14 @@ def test_hold_then_loss_then_resume_without_a_jump():
         states.append(cmd.state)
     # held from 10.08; loss once the hold reaches 0.1 s (at 10.18), reported once
     assert states[0] is ExecState.HOLDING and states[-1] is ExecState.LOST
-    assert events.count('loss') == 1 and ex.counts()['losses'] == 1
+    assert events.count("loss") == 1 and ex.counts()["losses"] == 1
     # the policy comes back with a far-away plan: the speed limit prevents a jump
     offer(ex, 10.3, chunk(5, base=3.0), now=10.31)
     prev = ex.last_command
     cmd = ex.step(10.32)
-    assert cmd.event == 'resumed' and cmd.state is ExecState.EXECUTING and cmd.limited
+    assert cmd.event == "resumed" and cmd.state is ExecState.EXECUTING and cmd.limited
     assert np.max(np.abs(cmd.positions - prev)) == pytest.approx(0.1)
-    assert ex.counts()['resumes'] == 1
+    assert ex.counts()["resumes"] == 1
 
 
 def test_waiting_never_becomes_a_loss():
@@ -191,9 +192,9 @@ def test_reset_drops_chunks_holds_the_pose_and_refuses_stale_ones():
 
 
 def test_stream_source_applies_fresh_commands_and_holds_stale_ones():
-    ex = make(source='stream', stream_timeout_s=0.05)
+    ex = make(source="stream", stream_timeout_s=0.05)
     assert offer(ex, 10.0, chunk(), now=10.0) is Verdict.WRONG_SOURCE
-    assert ex.offer_command(('c', 'b', 'a'), 10.0, [3.0, 2.0, 1.0], 10.0) is Verdict.ACCEPTED
+    assert ex.offer_command(("c", "b", "a"), 10.0, [3.0, 2.0, 1.0], 10.0) is Verdict.ACCEPTED
     np.testing.assert_array_equal(ex.step(10.0).positions, [1.0, 2.0, 3.0])
     assert ex.offer_command(None, 10.02, [4.0, 5.0, 6.0], 10.02) is Verdict.ACCEPTED
     assert ex.offer_command(None, 10.01, [7.0, 7.0, 7.0], 10.02) is Verdict.OUT_OF_ORDER
@@ -202,8 +203,8 @@ def test_stream_source_applies_fresh_commands_and_holds_stale_ones():
     assert ex.step(10.02).positions[2] == 6.0
     states = [ex.step(10.02 + k * DT) for k in range(1, 12)]
     assert all(s.positions[2] == 6.0 for s in states)
-    assert states[-1].state is ExecState.LOST and sum(s.event == 'loss' for s in states) == 1
-    ex2 = make(source='stream')
+    assert states[-1].state is ExecState.LOST and sum(s.event == "loss" for s in states) == 1
+    ex2 = make(source="stream")
     assert ex2.offer_trajectory(NAMES, 1.0, [0.02], [[0, 0, 0]], 1.0) is Verdict.WRONG_SOURCE
     assert ex2.offer_command(None, 1.0, [1.0, 2.0], 1.0) is Verdict.BAD_SHAPE
     assert ex2.offer_command(None, 0.5, [1.0, 2.0, 3.0], 1.0) is Verdict.EXPIRED
@@ -214,40 +215,40 @@ def test_garbage_never_raises_and_commands_stay_finite():
     rng = np.random.default_rng(1)
     now = 10.0
     junk_values = [math.nan, math.inf, -math.inf, 1e300, -1e300, 0.0, 1.0]
-    for k in range(300):
+    for _ in range(300):
         now += DT
         h = int(rng.integers(0, 4))
         rows = rng.choice(junk_values, size=(h, int(rng.integers(2, 5)))).tolist()
-        names = list(rng.choice(['a', 'b', 'c', 'd'], size=int(rng.integers(0, 5))))
+        names = list(rng.choice(["a", "b", "c", "d"], size=int(rng.integers(0, 5))))
         times = rng.choice([0.02, -1.0, math.nan, 0.04, 0.06], size=h).tolist()
         ex.offer_trajectory(names, now + float(rng.normal(0, 0.1)), times, rows, now)
         ex.offer_trajectory(NAMES, now, tfs(3), [[1e300, 0.0, 0.0]] * 3, now)  # finite but huge
         cmd = ex.step(now)
         assert np.isfinite(cmd.positions).all()
-    assert ex.counts()['steps'] == 300
+    assert ex.counts()["steps"] == 300
 
 
 def test_constructor_validates():
     with pytest.raises(ValueError):
         ChunkExecutor((), DT, [])
     with pytest.raises(ValueError):
-        ChunkExecutor(('a', 'a'), DT, [0, 0])
+        ChunkExecutor(("a", "a"), DT, [0, 0])
     with pytest.raises(ValueError):
         ChunkExecutor(NAMES, 0.0, HOME)
     with pytest.raises(ValueError):
         ChunkExecutor(NAMES, DT, [0.0, 0.0])
     with pytest.raises(ValueError):
-        ChunkExecutor(NAMES, DT, HOME, source='bogus')
+        ChunkExecutor(NAMES, DT, HOME, source="bogus")
     with pytest.raises(ValueError):
         ChunkExecutor(NAMES, DT, HOME, max_speed=-1.0)
 
 
 def test_age_statistics():
     ex = make()
-    assert math.isnan(ex.age_stats()['chunk_age_p50_ms'])
+    assert math.isnan(ex.age_stats()["chunk_age_p50_ms"])
     offer(ex, 10.0, chunk(), now=10.03)
     for k in range(1, 6):
         ex.step(10.0 + k * DT)
     stats = ex.age_stats()
-    assert stats['arrival_latency_p50_ms'] == pytest.approx(30.0)
-    assert stats['chunk_age_max_ms'] == pytest.approx(100.0)
+    assert stats["arrival_latency_p50_ms"] == pytest.approx(30.0)
+    assert stats["chunk_age_max_ms"] == pytest.approx(100.0)

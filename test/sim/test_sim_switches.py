@@ -9,12 +9,12 @@ import pytest
 from oxygen_ros.ros.streams.switches import SwitchStats, switch_jump, target_at
 from oxygen_ros.sim.executor import ChunkExecutor
 
-NAMES = ('a', 'b', 'c')
+NAMES = ("a", "b", "c")
 DT = 0.02
 
 
 def make(**kw) -> ChunkExecutor:
-    kw.setdefault('loss_timeout_s', 0.1)
+    kw.setdefault("loss_timeout_s", 0.1)
     return ChunkExecutor(NAMES, DT, np.zeros(3), **kw)
 
 
@@ -48,14 +48,19 @@ def test_switch_jump_is_the_largest_joint_difference_at_the_switch_time():
 
 def test_stats_median_max_last_and_after_hold_never_zero_without_a_switch():
     s = SwitchStats(history=3)
-    assert s.summary() == {'switches': 0, 'switches_after_hold': 0, 'switch_jump_last': None,
-                           'switch_jump_median': None, 'switch_jump_max': None}
+    assert s.summary() == {
+        "switches": 0,
+        "switches_after_hold": 0,
+        "switch_jump_last": None,
+        "switch_jump_median": None,
+        "switch_jump_max": None,
+    }
     for j in (0.4, None, 0.1, 0.2, 0.3):
         s.add(j)
     out = s.summary()
-    assert out['switches'] == 4 and out['switches_after_hold'] == 1
-    assert out['switch_jump_last'] == 0.3 and out['switch_jump_max'] == 0.4  # max over all
-    assert out['switch_jump_median'] == pytest.approx(0.2)  # over the last 3
+    assert out["switches"] == 4 and out["switches_after_hold"] == 1
+    assert out["switch_jump_last"] == 0.3 and out["switch_jump_max"] == 0.4  # max over all
+    assert out["switch_jump_median"] == pytest.approx(0.2)  # over the last 3
     assert list(s.jumps) == [0.1, 0.2, 0.3]
 
 
@@ -68,11 +73,11 @@ def test_executor_measures_a_known_offset_between_two_chunks():
     for k in range(1, 8):
         ex.step(10.0 + k * DT)
     stats = ex.switch_stats(jumps=True)
-    assert stats['switches'] == 1 and stats['switches_after_hold'] == 0
-    for key in ('switch_jump_last', 'switch_jump_median', 'switch_jump_max'):
+    assert stats["switches"] == 1 and stats["switches_after_hold"] == 0
+    for key in ("switch_jump_last", "switch_jump_median", "switch_jump_max"):
         assert stats[key] == pytest.approx(0.5)
-    assert stats['switch_jumps'] == [pytest.approx(0.5)]
-    assert ex.counts()['switches'] == 1 and 'switches_after_hold' not in ex.counts()
+    assert stats["switch_jumps"] == [pytest.approx(0.5)]
+    assert ex.counts()["switches"] == 1 and "switches_after_hold" not in ex.counts()
 
 
 def test_executor_interpolates_between_points_at_an_off_grid_step():
@@ -82,7 +87,7 @@ def test_executor_interpolates_between_points_at_an_off_grid_step():
     for k in range(1, 6):  # steps at 10.025, 10.045, ..., 10.085 (half a step after the grid)
         ex.step(10.005 + k * DT)
     # at 10.085: old 3.25 (between 3 at 10.08 and 4 at 10.10), new 100.5 -> 97.25
-    assert ex.switch_stats()['switch_jump_max'] == pytest.approx(97.25)
+    assert ex.switch_stats()["switch_jump_max"] == pytest.approx(97.25)
 
 
 def test_switch_after_a_hold_is_counted_not_measured():
@@ -90,11 +95,11 @@ def test_switch_after_a_hold_is_counted_not_measured():
     offer(ex, 10.0, ramp(3, 0.0), now=10.0)  # runs out after 10.06
     offer(ex, 10.1, ramp(3, 50.0), now=10.05)  # first point due 10.12
     states = [ex.step(10.0 + k * DT).state.value for k in range(1, 8)]
-    assert states[3:5] == ['holding', 'holding'] and states[-1] == 'executing'
+    assert states[3:5] == ["holding", "holding"] and states[-1] == "executing"
     stats = ex.switch_stats()
-    assert stats['switches'] == 0 and stats['switches_after_hold'] == 1
-    assert stats['switch_jump_max'] is None and stats['switch_jump_median'] is None
-    assert ex.counts()['switches_after_hold'] == 1
+    assert stats["switches"] == 0 and stats["switches_after_hold"] == 1
+    assert stats["switch_jump_max"] is None and stats["switch_jump_median"] is None
+    assert ex.counts()["switches_after_hold"] == 1
 
 
 def test_first_chunk_and_first_chunk_after_a_reset_are_not_switches():
@@ -109,7 +114,7 @@ def test_first_chunk_and_first_chunk_after_a_reset_are_not_switches():
     for k in range(7, 10):
         ex.step(10.0 + k * DT)
     stats = ex.switch_stats()
-    assert stats['switches'] == 1 and stats['switch_jump_last'] == pytest.approx(3.0)
+    assert stats["switches"] == 1 and stats["switch_jump_last"] == pytest.approx(3.0)
 
 
 def test_same_stamp_replacement_is_a_switch():
@@ -118,24 +123,24 @@ def test_same_stamp_replacement_is_a_switch():
     ex.step(10.02)
     offer(ex, 10.0, ramp(10, 0.25), now=10.03)  # recomputed from the same observation
     ex.step(10.04)
-    assert ex.switch_stats()['switch_jump_last'] == pytest.approx(0.25)
+    assert ex.switch_stats()["switch_jump_last"] == pytest.approx(0.25)
 
 
 def test_sim_status_values_carry_the_switch_figures():
-    pytest.importorskip('diagnostic_msgs')
+    pytest.importorskip("diagnostic_msgs")
     from oxygen_ros.sim.runtime import Pacer, Rates
     from oxygen_ros.sim.status import executor_status, sim_summary
 
     ex = make()
     values = sim_summary(ex, Pacer(DT, 1.0, 0.5), Rates(), None, 0, 1.0)
-    assert values['switches'] == 0 and values['switches_after_hold'] == 0
-    assert values['switch_jump_median'] is None and values['switch_jump_max'] is None
+    assert values["switches"] == 0 and values["switches_after_hold"] == 0
+    assert values["switch_jump_median"] is None and values["switch_jump_max"] is None
     offer(ex, 10.0, ramp(10, 0.0), now=10.0)
     offer(ex, 10.06, ramp(10, 3.0, offset=(0.0, 0.125, 0.0)), now=10.03)
     for k in range(1, 6):
         ex.step(10.0 + k * DT)
     values = sim_summary(ex, Pacer(DT, 1.0, 0.5), Rates(), None, 0, 1.0)
-    assert values['switches'] == 1 and values['switch_jump_max'] == pytest.approx(0.125)
-    kv = {k.key: k.value for k in executor_status(values, '').values}
-    assert float(kv['switch_jump_median']) == pytest.approx(0.125) and kv['switches'] == '1'
-    assert kv['switch_jump_last'] and kv['switches_after_hold'] == '0'
+    assert values["switches"] == 1 and values["switch_jump_max"] == pytest.approx(0.125)
+    kv = {k.key: k.value for k in executor_status(values, "").values}
+    assert float(kv["switch_jump_median"]) == pytest.approx(0.125) and kv["switches"] == "1"
+    assert kv["switch_jump_last"] and kv["switches_after_hold"] == "0"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip('mujoco')
-pytest.importorskip('gym_aloha')
+pytest.importorskip("mujoco")
+pytest.importorskip("gym_aloha")
 
 from oxygen_ros.sim.scene import CUBE_REST_Z, SimScene  # noqa: E402
 from oxygen_ros.sim.task.oracle import OracleScript, script_chunk  # noqa: E402
@@ -17,7 +17,7 @@ from oxygen_ros.sim.task.success import LiftSuccess  # noqa: E402
 DT = 0.02
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def scene():
     s = SimScene(cameras=())
     yield s
@@ -45,24 +45,24 @@ def test_the_scripted_pick_and_lift_succeeds_after_lift_plus_hold(scene):
     script = ScriptedPickLift(scene)
     det, t_success, t_lifted = _episode(scene, 0, lambda t, _q0: script(t))
     s = det.summary()
-    assert s['success'] is True and t_success is not None and t_lifted is not None
+    assert s["success"] is True and t_success is not None and t_lifted is not None
     # the hold completes lift_hold_s after the first lifted step; episode time starts at step 1
     assert t_success == pytest.approx(t_lifted + 1.0, abs=1e-6)
-    assert s['success_time_s'] == pytest.approx(t_success - DT, abs=1e-6)
-    assert 5.5 < s['success_time_s'] < 8.0
-    assert s['lift_max_m'] >= 0.15
-    assert s['max_reward'] >= 2  # gym-aloha's "lifted"
-    assert s['episode_time_s'] == pytest.approx(500 * DT - DT, abs=1e-6)
-    assert 3.0 < s['path_length_rad'] < 8.0 and s['gripper_path_length'] > 1.0
+    assert s["success_time_s"] == pytest.approx(t_success - DT, abs=1e-6)
+    assert 5.5 < s["success_time_s"] < 8.0
+    assert s["lift_max_m"] >= 0.15
+    assert s["max_reward"] >= 2  # gym-aloha's "lifted"
+    assert s["episode_time_s"] == pytest.approx(500 * DT - DT, abs=1e-6)
+    assert 3.0 < s["path_length_rad"] < 8.0 and s["gripper_path_length"] > 1.0
 
 
 def test_a_frozen_robot_fails_with_no_lift_and_no_path(scene):
     det, t_success, _ = _episode(scene, 1, lambda _t, q0: q0, steps=300)
     s = det.summary()
-    assert s['success'] is False and s['success_time_s'] is None and t_success is None
-    assert s['lift_max_m'] == pytest.approx(0.0, abs=2e-3)  # the 5 cm spawn drop does not count
-    assert s['path_length_rad'] < 0.05  # only the arms settling under the position servos
-    assert s['max_reward'] == 0
+    assert s["success"] is False and s["success_time_s"] is None and t_success is None
+    assert s["lift_max_m"] == pytest.approx(0.0, abs=2e-3)  # the 5 cm spawn drop does not count
+    assert s["path_length_rad"] < 0.05  # only the arms settling under the position servos
+    assert s["max_reward"] == 0
 
 
 def test_a_lift_shorter_than_the_hold_is_not_a_success():
@@ -89,13 +89,13 @@ def test_height_threshold_start_gating_and_parameter_checks():
     assert det.update(0.06, 0.23, q) and det.success_time == pytest.approx(0.04)
     gated = LiftSuccess(lift_hold_s=0.0)
     assert not gated.update(0.02, 0.02, q, started=False)  # before the episode start: nothing
-    assert gated.summary()['episode_started'] is False and gated.episode_time == 0.0
+    assert gated.summary()["episode_started"] is False and gated.episode_time == 0.0
     assert not gated.update(0.1, 0.05, q, started=False)
     assert not gated.update(0.2, 0.05, q)  # not landed yet: the spawn height is no lift
     assert gated.lift_max == 0.0 and not gated.success
     gated.reset()
     assert gated.start is None
-    for bad in ({'lift_height_m': 0.0}, {'lift_hold_s': -1.0}):
+    for bad in ({"lift_height_m": 0.0}, {"lift_hold_s": -1.0}):
         with pytest.raises(ValueError):
             LiftSuccess(**bad)
 
@@ -112,13 +112,13 @@ def test_oracle_chunks_follow_the_script_at_the_due_times(scene):
         later = oracle.chunk(1004.5)
         for i in (0, 17, 49):
             np.testing.assert_allclose(later[i], script(4.5 + (i + 1) * DT), atol=1e-9)
-        np.testing.assert_allclose(script_chunk(script, 10.0, 5.0, 3, 0.1),
-                                   np.stack([script(5.1), script(5.2), script(5.3)]))
+        np.testing.assert_allclose(
+            script_chunk(script, 10.0, 5.0, 3, 0.1), np.stack([script(5.1), script(5.2), script(5.3)])
+        )
         # a sim reset: the next seed, script time 0 again at the next observation
         oracle.new_episode(1)
         assert oracle.seed == 3 and oracle.t0 is None
         scene.reset(3)
-        np.testing.assert_allclose(oracle.chunk(2000.0)[9], ScriptedPickLift(scene)(10 * DT),
-                                   atol=1e-9)
+        np.testing.assert_allclose(oracle.chunk(2000.0)[9], ScriptedPickLift(scene)(10 * DT), atol=1e-9)
     finally:
         oracle.close()

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..report import compile_notes
 
@@ -41,13 +42,23 @@ def parse_env(raw: Path) -> dict[str, Any]:
     d = json.loads((raw / "env.json").read_text())
     env, runs = d["environment"], d["runs"]
     ok = sum(r["ok"] for r in runs)
-    figs = {"device_name": env["device_name"], "torch": env["versions"]["torch"], "cuda": env.get("cuda_runtime"),
-            "python": env["python"], "gpu_memory_gb": env.get("gpu_memory_gb"), "smoke_ok": ok,
-            "smoke_runs": len(runs)}
+    figs = {
+        "device_name": env["device_name"],
+        "torch": env["versions"]["torch"],
+        "cuda": env.get("cuda_runtime"),
+        "python": env["python"],
+        "gpu_memory_gb": env.get("gpu_memory_gb"),
+        "smoke_ok": ok,
+        "smoke_runs": len(runs),
+    }
     bad = [f"{r['mode']}/{r['schedule']}" for r in runs if not r["ok"]]
-    summary = (f"{env['device_name']}, torch {figs['torch']}, CUDA {figs['cuda']}: {ok}/{len(runs)} engine runs ok"
-               + (f" (failed: {', '.join(bad)})" if bad else "")
-               + "; first frames " + ", ".join(f"{r['first_frame_ms']:.0f}" for r in runs) + " ms")
+    summary = (
+        f"{env['device_name']}, torch {figs['torch']}, CUDA {figs['cuda']}: {ok}/{len(runs)} engine runs ok"
+        + (f" (failed: {', '.join(bad)})" if bad else "")
+        + "; first frames "
+        + ", ".join(f"{r['first_frame_ms']:.0f}" for r in runs)
+        + " ms"
+    )
     return {"summary": summary, "figures": figs}
 
 
@@ -56,8 +67,11 @@ def parse_tests(raw: Path) -> dict[str, Any]:
     root = ET.parse(raw / "tests.xml").getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     n, fail, err, skip = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
-    failed = [f"{c.get('classname')}.{c.get('name')}" for c in suite.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
+    failed = [
+        f"{c.get('classname')}.{c.get('name')}"
+        for c in suite.iter("testcase")
+        if c.find("failure") is not None or c.find("error") is not None
+    ]
     figs = {"passed": n - fail - err - skip, "failed": fail + err, "skipped": skip, "failed_tests": failed}
     summary = f"{figs['passed']} passed, {figs['failed']} failed, {skip} skipped"
     res = {"summary": summary + (f" ({', '.join(failed[:5])})" if failed else ""), "figures": figs}
@@ -76,13 +90,18 @@ def parse_schedules(raw: Path) -> dict[str, Any]:
     """``schedules``: ``bench schedules``' results.json."""
     d = json.loads((raw / "schedules" / "results.json").read_text())
     r, rows = d["ratios"], d["rows"]
-    figs = {"concurrent_chunk_ratio": r["concurrent_chunk_ratio"], "serial_chunk_ratio": r["serial_chunk_ratio"],
-            "chunk_interval_ms": {k: v["chunk_interval_ms"] for k, v in rows.items()},
-            "tok_s_concurrent_over_serial": r["tok_s_concurrent_over_serial"]}
+    figs = {
+        "concurrent_chunk_ratio": r["concurrent_chunk_ratio"],
+        "serial_chunk_ratio": r["serial_chunk_ratio"],
+        "chunk_interval_ms": {k: v["chunk_interval_ms"] for k, v in rows.items()},
+        "tok_s_concurrent_over_serial": r["tok_s_concurrent_over_serial"],
+    }
     ci = figs["chunk_interval_ms"]
-    summary = (f"chunk interval concurrent {ci.get('concurrent', float('nan')):.1f} ms, +language "
-               f"{ci.get('concurrent+language', float('nan')):.1f} ms (ratio {figs['concurrent_chunk_ratio']:.3f}); "
-               f"serial ratio {figs['serial_chunk_ratio']:.3f}")
+    summary = (
+        f"chunk interval concurrent {ci.get('concurrent', float('nan')):.1f} ms, +language "
+        f"{ci.get('concurrent+language', float('nan')):.1f} ms (ratio {figs['concurrent_chunk_ratio']:.3f}); "
+        f"serial ratio {figs['serial_chunk_ratio']:.3f}"
+    )
     return {"summary": summary, "figures": figs}
 
 
@@ -93,8 +112,9 @@ def parse_bench(raw: Path) -> dict[str, Any]:
     for row in d["summary"]:
         k = next((p.split("k", 1)[1] for p in row["point"].split() if p.startswith("k")), "?")
         if row["mode"] == "unified":
-            figs.update({f"speedup_k{k}": row["speedup"], f"action_hz_k{k}": row["action_hz"],
-                         f"tok_s_k{k}": row["tok_s"]})
+            figs.update(
+                {f"speedup_k{k}": row["speedup"], f"action_hz_k{k}": row["action_hz"], f"tok_s_k{k}": row["tok_s"]}
+            )
             figs["peak_mem_mb"] = max(figs.get("peak_mem_mb", 0.0), row["peak_mem_mb"])
         figs["warmup_s"] = max(figs.get("warmup_s", 0.0), row.get("warmup_s") or 0.0)
     for x in d.get("action_path", []):
@@ -105,15 +125,21 @@ def parse_bench(raw: Path) -> dict[str, Any]:
     parts = [f"{d['settings']['preset']} {d['settings']['dtype']}"]
     for k in ("1", "5"):
         if f"speedup_k{k}" in figs:
-            parts.append(f"k={k}: {figs[f'action_hz_k{k}']:.0f} action Hz, {figs[f'tok_s_k{k}']:.0f} tok/s, "
-                         f"{figs[f'speedup_k{k}']:.2f}x isolated")
+            parts.append(
+                f"k={k}: {figs[f'action_hz_k{k}']:.0f} action Hz, {figs[f'tok_s_k{k}']:.0f} tok/s, "
+                f"{figs[f'speedup_k{k}']:.2f}x isolated"
+            )
     if "action_path_3cam_ms" in figs:
         parts.append(f"action path 3 cams {figs['action_path_3cam_ms']:.1f} ms")
     return {"summary": "; ".join(parts), "figures": figs}
 
 
 PARSERS: dict[str, Callable[[Path], dict[str, Any]]] = {
-    "env": parse_env, "tests": parse_tests, "schedules": parse_schedules, "bench": parse_bench}
+    "env": parse_env,
+    "tests": parse_tests,
+    "schedules": parse_schedules,
+    "bench": parse_bench,
+}
 
 
 def _met(value: float, op: str | None, bound: float | None, dry: bool) -> str:
@@ -135,8 +161,11 @@ def markdown(results: list[dict[str, Any]], dry: bool, seconds: float) -> str:
     title = f"### gpu_check{' --dry-run (CPU, pi05-tiny)' if dry else ''} — {where}, {seconds:.0f} s"
     lines = [title, "", "| stage | status | time s | result |", "|---|---|---|---|"]
     lines += [f"| {r['stage']} | {r['status']} | {r['seconds']:.0f} | {r.get('summary', '')} |" for r in results]
-    rows = [(label, fmt.format(figs[key]), _met(figs[key], op, bound, dry))
-            for key, label, fmt, op, bound in TARGETS if isinstance(figs.get(key), (int, float))]
+    rows = [
+        (label, fmt.format(figs[key]), _met(figs[key], op, bound, dry))
+        for key, label, fmt, op, bound in TARGETS
+        if isinstance(figs.get(key), (int, float))
+    ]
     if rows:
         model = f"{figs.get('preset', '?')} {figs.get('dtype', '')}".strip()
         lines += ["", f"| figure ({model}) | value | target |", "|---|---|---|"]

@@ -36,14 +36,19 @@ AGREE_ATOL = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 def _observation(policy: Pi05Policy, frame: int) -> Observation:
     rng = np.random.default_rng(frame)
     images = {s: rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for s in policy.cfg.image_slots}
-    return Observation(images=images, state=rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32),
-                       instruction="pick up the cube", stamp=float(frame))
+    return Observation(
+        images=images,
+        state=rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32),
+        instruction="pick up the cube",
+        stamp=float(frame),
+    )
 
 
 def run_mode(policy: Pi05Policy, mode: str, schedule: str, max_frames: int = 8) -> dict[str, Any]:
     """Frames of one engine until its request ends; returns chunks, tokens, times and errors."""
-    eng = make_engine(policy, EngineConfig(mode=mode, schedule=schedule, tasks=(TASK,), tokens_per_frame=3,
-                                           num_denoise_steps=4))
+    eng = make_engine(
+        policy, EngineConfig(mode=mode, schedule=schedule, tasks=(TASK,), tokens_per_frame=3, num_denoise_steps=4)
+    )
     chunks, tokens, times, errors, ended = [], [], [], [], []
     try:
         rid = eng.submit_request(TASK.name, "what do you see?")
@@ -63,10 +68,17 @@ def run_mode(policy: Pi05Policy, mode: str, schedule: str, max_frames: int = 8) 
     finally:
         eng.close()
     tokens = ended[0].token_ids if ended else []
-    return {"mode": mode, "schedule": schedule, "frames": len(times), "chunks": chunks, "tokens": list(tokens),
-            "finished": bool(ended) and ended[0].status.name == "FINISHED", "errors": errors,
-            "first_frame_ms": 1e3 * times[0] if times else None,
-            "frame_ms": 1e3 * float(np.median(times[1:])) if len(times) > 1 else None}
+    return {
+        "mode": mode,
+        "schedule": schedule,
+        "frames": len(times),
+        "chunks": chunks,
+        "tokens": list(tokens),
+        "finished": bool(ended) and ended[0].status.name == "FINISHED",
+        "errors": errors,
+        "first_frame_ms": 1e3 * times[0] if times else None,
+        "frame_ms": 1e3 * float(np.median(times[1:])) if len(times) > 1 else None,
+    }
 
 
 def smoke(device: str, dtype: torch.dtype, preset: str = "pi05-tiny") -> dict[str, Any]:
@@ -86,11 +98,18 @@ def smoke(device: str, dtype: torch.dtype, preset: str = "pi05-tiny") -> dict[st
     rows, ok = [], True
     for r in runs:
         n = min(len(r["chunks"]), len(ref["chunks"]))
-        diff = max((float(np.abs(a - b).max()) for a, b in zip(r["chunks"][:n], ref["chunks"][:n])), default=float("nan"))
+        diff = max(
+            (float(np.abs(a - b).max()) for a, b in zip(r["chunks"][:n], ref["chunks"][:n])), default=float("nan")
+        )
         finite = bool(r["chunks"]) and all(np.isfinite(c).all() for c in r["chunks"])
         row = {k: r[k] for k in ("mode", "schedule", "frames", "finished", "errors", "first_frame_ms", "frame_ms")}
-        row.update(chunks=len(r["chunks"]), finite=finite, max_diff_vs_isolated=diff, tokens=len(r["tokens"]),
-                   tokens_match=r["tokens"] == ref["tokens"])
+        row.update(
+            chunks=len(r["chunks"]),
+            finite=finite,
+            max_diff_vs_isolated=diff,
+            tokens=len(r["tokens"]),
+            tokens_match=r["tokens"] == ref["tokens"],
+        )
         row["ok"] = finite and r["finished"] and not r["errors"] and diff <= tol and row["tokens_match"]
         ok = ok and row["ok"]
         rows.append(row)
@@ -100,7 +119,9 @@ def smoke(device: str, dtype: torch.dtype, preset: str = "pi05-tiny") -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: prints one line per run and writes ``--json``; exit 1 unless every check passed."""
-    ap = argparse.ArgumentParser(prog="python -m oxygen_ros.bench.gpu_check.smoke", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m oxygen_ros.bench.gpu_check.smoke", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--preset", default="pi05-tiny")
@@ -110,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(res, indent=1, default=str))
     env = res["environment"]
-    print(f"{env['device_name']} ({env['device']}), torch {env['versions']['torch']}, CUDA {env['cuda_runtime']}, "
-          f"Python {env['python']}")
+    print(
+        f"{env['device_name']} ({env['device']}), torch {env['versions']['torch']}, CUDA {env['cuda_runtime']}, "
+        f"Python {env['python']}"
+    )
     for r in res["runs"]:
-        print(f"{r['mode']}/{r['schedule']}: {'ok' if r['ok'] else 'FAILED'} — {r['chunks']} chunks, "
-              f"finite {r['finite']}, max diff vs isolated {r['max_diff_vs_isolated']:.2e}, {r['tokens']} tokens "
-              f"(match {r['tokens_match']}), first frame {r['first_frame_ms']:.0f} ms, errors {r['errors']}")
+        print(
+            f"{r['mode']}/{r['schedule']}: {'ok' if r['ok'] else 'FAILED'} — {r['chunks']} chunks, "
+            f"finite {r['finite']}, max diff vs isolated {r['max_diff_vs_isolated']:.2e}, {r['tokens']} tokens "
+            f"(match {r['tokens_match']}), first frame {r['first_frame_ms']:.0f} ms, errors {r['errors']}"
+        )
     return 0 if res["ok"] else 1
 
 

@@ -31,8 +31,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .report import PARSERS, markdown
 
@@ -49,25 +50,71 @@ def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, 
     device = "cpu" if dry else "cuda"
     bench_minutes = max(0.5, (timeouts["bench"] - 60) / 60)  # stop starting points in time to write
     if dry:
-        bench = ["--preset", "pi05-tiny", "--device", "cpu", "--dtype", "float32", "--layouts", "libero",
-                 "--steps", "10", "--tokens", "30", "--k", "1", "5", "--arrivals", "uniform:1", "--frames", "3",
-                 "--compile", "none", "--action-cameras"]
+        bench = [
+            "--preset",
+            "pi05-tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--layouts",
+            "libero",
+            "--steps",
+            "10",
+            "--tokens",
+            "30",
+            "--k",
+            "1",
+            "5",
+            "--arrivals",
+            "uniform:1",
+            "--frames",
+            "3",
+            "--compile",
+            "none",
+            "--action-cameras",
+        ]
         sched = ["--preset", "pi05-tiny", "--device", "cpu", "--frames", "4", "--block", "2"]
     else:
         bench, sched = ["--gpu"], ["--device", "cuda", "--frames", "40", "--block", "10"]
     return {
-        "env": py + ["-m", "oxygen_ros.bench.gpu_check.smoke", "--device", device, "--json", str(raw / "env.json")]
+        "env": py
+        + ["-m", "oxygen_ros.bench.gpu_check.smoke", "--device", device, "--json", str(raw / "env.json")]
         + ([] if dry else ["--dtype", "float32"]),
-        "tests": py + ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                       f"--junitxml={raw / 'tests.xml'}", "test/core"],  # every gpu-marked test is there
+        "tests": py
+        + [
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"--junitxml={raw / 'tests.xml'}",
+            "test/core",
+        ],  # every gpu-marked test is there
         "schedules": py + ["-m", "oxygen_ros.bench.bench", "schedules", *sched, "--out", str(raw / "schedules")],
-        "bench": py + ["-m", "oxygen_ros.bench.bench", *bench, "--max-minutes", f"{bench_minutes:.1f}",
-                       "--no-plots", "--no-progress", "--overwrite", "--out", str(raw / "bench")],  # gpu_check owns raw/
+        "bench": py
+        + [
+            "-m",
+            "oxygen_ros.bench.bench",
+            *bench,
+            "--max-minutes",
+            f"{bench_minutes:.1f}",
+            "--no-plots",
+            "--no-progress",
+            "--overwrite",
+            "--out",
+            str(raw / "bench"),
+        ],  # gpu_check owns raw/
     }
 
 
-def run_stage(name: str, cmd: list[str], timeout_s: float, out: Path,
-              parse: Callable[[Path], dict[str, Any]], raw: Path) -> dict[str, Any]:
+def run_stage(
+    name: str, cmd: list[str], timeout_s: float, out: Path, parse: Callable[[Path], dict[str, Any]], raw: Path
+) -> dict[str, Any]:
     """Run one stage; its output goes to ``out/<name>.log``. Returns its result (never raises):
     ``status`` is ``passed``, ``skipped`` (exit 0, but its results say it checked nothing: a
     ``tests`` stage where every test was skipped), ``failed`` (non-zero exit), ``timeout`` or
@@ -76,8 +123,11 @@ def run_stage(name: str, cmd: list[str], timeout_s: float, out: Path,
     log = out / f"{name}.log"
     t0 = time.perf_counter()
     res: dict[str, Any] = {"stage": name, "command": " ".join(cmd), "timeout_s": timeout_s}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
     try:
         with open(log, "w") as f:
             proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, env=env)
@@ -116,8 +166,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="output folder (default out/gpu_check-<time>)")
     ap.add_argument("--dry-run", action="store_true", help="same stages on the CPU with pi05-tiny, few frames")
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), help="run only these stages")
-    ap.add_argument("--timeout", action="append", default=[], metavar="STAGE=SECONDS",
-                    help=f"override a stage's timeout (GPU defaults {TIMEOUTS})")
+    ap.add_argument(
+        "--timeout",
+        action="append",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help=f"override a stage's timeout (GPU defaults {TIMEOUTS})",
+    )
     a = ap.parse_args(argv)
     a.timeouts = dict(DRY_TIMEOUTS if a.dry_run else TIMEOUTS)
     for item in a.timeout:
@@ -143,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [s for s in STAGES if s in a.stages]:
         res = run_stage(name, cmds[name], a.timeouts[name], out, PARSERS[name], raw)
         results.append(res)
-        (out / "summary.json").write_text(json.dumps({"dry_run": a.dry_run, "stages": results}, indent=1,
-                                                     default=str))
+        (out / "summary.json").write_text(json.dumps({"dry_run": a.dry_run, "stages": results}, indent=1, default=str))
         print(f"[{name}] {res['status']} in {res['seconds']:.0f} s: {res.get('summary', '')}", flush=True)
     table = markdown(results, a.dry_run, time.perf_counter() - t0)
     (out / "summary.md").write_text(table)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 class PoolExhausted(RuntimeError):
@@ -31,10 +31,12 @@ class BlockPoolError(RuntimeError):
 
 def _locked(method: Callable) -> Callable:
     """Run a :class:`BlockPool` method under the pool's lock."""
+
     @functools.wraps(method)
-    def run(self: "BlockPool", *args, **kwargs):
+    def run(self: BlockPool, *args, **kwargs):
         with self.lock:
             return method(self, *args, **kwargs)
+
     return run
 
 

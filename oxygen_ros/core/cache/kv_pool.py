@@ -54,8 +54,10 @@ class KVTensors:
         """Read ``slots`` ``[B, L]`` of ``layer`` → K and V ``[B, L, KVH, D]``."""
         b, n = slots.shape
         flat = slots.reshape(-1)
-        return (self.k[layer].index_select(0, flat).view(b, n, *self.k.shape[2:]),
-                self.v[layer].index_select(0, flat).view(b, n, *self.v.shape[2:]))
+        return (
+            self.k[layer].index_select(0, flat).view(b, n, *self.k.shape[2:]),
+            self.v[layer].index_select(0, flat).view(b, n, *self.v.shape[2:]),
+        )
 
 
 class KVPool(KVTensors):
@@ -66,16 +68,24 @@ class KVPool(KVTensors):
     rows) and padded block-table entries point there; nothing ever reads it unmasked.
     """
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.blocks = BlockPool(num_blocks, block_size)
         shape = (num_layers, (num_blocks + 1) * block_size, num_kv_heads, head_dim)
-        super().__init__(torch.zeros(shape, dtype=dtype, device=device),
-                         torch.zeros(shape, dtype=dtype, device=device), block_size)
+        super().__init__(
+            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device), block_size
+        )
 
     @staticmethod
-    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
-                        dtype: torch.dtype) -> int:
+    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         """Bytes of K+V for one block over all layers."""
         return 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
@@ -120,8 +130,9 @@ class PagedExtendView(ViewBase):
     batch is only these index tensors (the engine keeps one slot row per request).
     """
 
-    def __init__(self, pool: KVPool, read: Tensor, lengths: Tensor, past: Tensor, new_slots: Tensor,
-                 valid: Tensor) -> None:
+    def __init__(
+        self, pool: KVPool, read: Tensor, lengths: Tensor, past: Tensor, new_slots: Tensor, valid: Tensor
+    ) -> None:
         self.pool = pool
         dev = pool.device
         rows, cols = valid.nonzero(as_tuple=True)  # on the host when valid is (no device sync)
@@ -137,8 +148,9 @@ class PagedExtendView(ViewBase):
             raise ValueError(f"{self._new.numel()} new slots for {self._rows.numel()} valid new tokens")
 
     @classmethod
-    def from_lists(cls, pool: KVPool, past_slots: list[list[int]], new_slots: list[list[int]],
-                   valid: Tensor) -> "PagedExtendView":
+    def from_lists(
+        cls, pool: KVPool, past_slots: list[list[int]], new_slots: list[list[int]], valid: Tensor
+    ) -> PagedExtendView:
         """Build from per-row slot lists: ``past_slots[b]`` stored tokens, ``new_slots[b]`` slots
         claimed for its valid new tokens."""
         read, lengths = pad_slots([p + n for p, n in zip(past_slots, new_slots)], pool.device)
@@ -149,5 +161,3 @@ class PagedExtendView(ViewBase):
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.pool.write(layer, self._new, k[self._rows, self._cols], v[self._rows, self._cols])
         return self.pool.gather(layer, self._read)
-
-

@@ -54,8 +54,9 @@ class MemoryPart:
     parameter: str
 
 
-def size_engine(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device,
-                flex: bool) -> tuple[EngineConfig, PoolPlan]:
+def size_engine(
+    cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device, flex: bool
+) -> tuple[EngineConfig, PoolPlan]:
     """How big an engine is, decided before it allocates anything: the KV pool
     (:func:`~.sizing.size_for`), the decode batch cap (``max_running_requests`` 0 = the workload's
     requests in flight, at most :data:`AUTO_MAX_RUNNING`), and the check that all of it fits the
@@ -76,8 +77,9 @@ def size_engine(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, devic
     return cfg, plan
 
 
-def estimate(cfg: EngineConfig, model: ModelConfig, plan: PoolPlan, dtype: torch.dtype,
-             max_running: int, flex: bool) -> list[MemoryPart]:
+def estimate(
+    cfg: EngineConfig, model: ModelConfig, plan: PoolPlan, dtype: torch.dtype, max_running: int, flex: bool
+) -> list[MemoryPart]:
     """The engine's allocations beyond the model weights (see the module doc).
 
     Args:
@@ -88,9 +90,14 @@ def estimate(cfg: EngineConfig, model: ModelConfig, plan: PoolPlan, dtype: torch
     Returns:
         The parts, largest sizes in bytes (no allocation happens here).
     """
-    pool_param = plan.source if plan.source == "engine.kv_blocks" else (
-        "engine.requests_per_frame / tasks.<task>.max_new_tokens (the workload the pool is sized for; "
-        "or cap it with engine.kv_memory_mb / engine.kv_blocks)")
+    pool_param = (
+        plan.source
+        if plan.source == "engine.kv_blocks"
+        else (
+            "engine.requests_per_frame / tasks.<task>.max_new_tokens (the workload the pool is sized for; "
+            "or cap it with engine.kv_memory_mb / engine.kv_blocks)"
+        )
+    )
     width_blocks = -(-model.max_prefix_len // cfg.block_size) + -(-cfg.max_request_tokens // cfg.block_size)
     batch = max(1, max_running)
     row = (_STEP_FIXED_COLUMNS + width_blocks) * 8 + 4
@@ -154,9 +161,14 @@ def check_fits(parts: list[MemoryPart], device: torch.device, share: float = USA
         ConfigError: the message names the parameter behind the largest part, the bytes needed
             (every part listed) and the memory available.
     """
-    groups = [(parts, *available_bytes(device))] if device.type != "cuda" else [
-        ([p for p in parts if p.on_device], *available_bytes(device)),
-        ([p for p in parts if not p.on_device], host_available_bytes(), "available on the host")]
+    groups = (
+        [(parts, *available_bytes(device))]
+        if device.type != "cuda"
+        else [
+            ([p for p in parts if p.on_device], *available_bytes(device)),
+            ([p for p in parts if not p.on_device], host_available_bytes(), "available on the host"),
+        ]
+    )
     for group, free, where in groups:
         need = sum(p.nbytes for p in group)
         if need <= share * free:
@@ -166,15 +178,25 @@ def check_fits(parts: list[MemoryPart], device: torch.device, share: float = USA
         raise ConfigError(
             f"engine: the configuration needs {_size(need)} ({listed}) but {_size(free)} are {where} "
             f"(at most {share:.0%} of it is planned for); the largest part, {worst.name}, is set by {worst.parameter}: "
-            "lower it")
+            "lower it"
+        )
 
 
 def _size(nbytes: float) -> str:
     """``1.5 GiB``-style text for a byte count."""
     units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
     i = min(len(units) - 1, int(math.log(max(nbytes, 1), 1024)))
-    return f"{nbytes / 1024 ** i:.1f} {units[i]}"
+    return f"{nbytes / 1024**i:.1f} {units[i]}"
 
 
-__all__ = ["AUTO_MAX_RUNNING", "BOOKKEEPING_BYTES_PER_BLOCK", "USABLE_SHARE", "MemoryPart", "available_bytes",
-           "check_fits", "estimate", "host_available_bytes", "size_engine"]
+__all__ = [
+    "AUTO_MAX_RUNNING",
+    "BOOKKEEPING_BYTES_PER_BLOCK",
+    "USABLE_SHARE",
+    "MemoryPart",
+    "available_bytes",
+    "check_fits",
+    "estimate",
+    "host_available_bytes",
+    "size_engine",
+]

@@ -93,8 +93,14 @@ def paged_block_mask(block_size: int, kv_num: Tensor, kv_idx: Tensor, p2l: Tenso
         s = lb * bs + kv % bs
         return (lb >= 0) & logical_allowed(s, meta[bi, 0], meta[bi, 1], meta[bi, 2])
 
-    return BlockMask.from_kv_blocks(kv_num, kv_idx, BLOCK_SIZE=(1, bs), mask_mod=mask_mod,
-                                    seq_lengths=(1, kv_idx.shape[-1] * bs), compute_q_blocks=False)
+    return BlockMask.from_kv_blocks(
+        kv_num,
+        kv_idx,
+        BLOCK_SIZE=(1, bs),
+        mask_mod=mask_mod,
+        seq_lengths=(1, kv_idx.shape[-1] * bs),
+        compute_q_blocks=False,
+    )
 
 
 class BlockTableFlexView(_BlockTableView):
@@ -104,8 +110,15 @@ class BlockTableFlexView(_BlockTableView):
     :func:`paged_block_mask` (a padded batch row has ``kv_num`` 0: it attends nothing, outputs 0).
     """
 
-    def __init__(self, pool: KVTensors, tables: Tensor, index: tuple[Tensor, ...], prefix_len: Tensor,
-                 aligned: Tensor, pos: Tensor) -> None:
+    def __init__(
+        self,
+        pool: KVTensors,
+        tables: Tensor,
+        index: tuple[Tensor, ...],
+        prefix_len: Tensor,
+        aligned: Tensor,
+        pos: Tensor,
+    ) -> None:
         super().__init__(pool, tables, prefix_len, aligned, pos)
         self.allowed = None
         self.block_mask = paged_block_mask(pool.block_size, *index)
@@ -115,6 +128,12 @@ class BlockTableFlexView(_BlockTableView):
         b = q.shape[0]
         kp = self.pool.k[layer].permute(1, 0, 2)[None].expand(b, -1, -1, -1)  # [B, KVH, slots, D] view
         vp = self.pool.v[layer].permute(1, 0, 2)[None].expand(b, -1, -1, -1)
-        out = flex_attention(q.transpose(1, 2).to(kp.dtype).contiguous(), kp, vp, block_mask=self.block_mask, scale=scale,
-                             enable_gqa=True)
+        out = flex_attention(
+            q.transpose(1, 2).to(kp.dtype).contiguous(),
+            kp,
+            vp,
+            block_mask=self.block_mask,
+            scale=scale,
+            enable_gqa=True,
+        )
         return out.transpose(1, 2).to(q.dtype)

@@ -1,6 +1,7 @@
 """KV pool sizing for a configured workload (plain arithmetic over blocks and bytes).
 
-What the pool must hold at once (docs/architecture.md, 'The KV block pool'): the current frame's prefix, the reserve for the next
+What the pool must hold at once (docs/architecture.md, 'The KV block pool'): the current frame's prefix, the reserve
+for the next
 frame's prefix (so the action path never waits for blocks), and every language request in flight
 — each with its own frame's prefix (requests admitted in different frames do not share one) plus
 its own prompt and token budget. The concurrent schedule holds one prefix more: the batcher still
@@ -72,16 +73,19 @@ class PoolPlan:
     def describe(self) -> str:
         """One line for the configure-time log."""
         extra = f" + {self.extra_prefixes} prefix(es) in the batcher's hand-over" if self.extra_prefixes else ""
-        return (f"KV pool: {self.blocks} blocks ({self.nbytes / 2**20:.1f} MiB, {self.source}); "
-                f"action path {(2 + self.extra_prefixes) * self.prefix_blocks} blocks (prefix + next-frame "
-                f"reserve{extra}), "
-                f"{self.request_blocks} blocks per request; holds {self.sustained} requests in flight "
-                f"(workload needs {self.in_flight}), i.e. {self.sustained_rate:.2f} requests/frame of "
-                f"{self.frames_per_request} frames each")
+        return (
+            f"KV pool: {self.blocks} blocks ({self.nbytes / 2**20:.1f} MiB, {self.source}); "
+            f"action path {(2 + self.extra_prefixes) * self.prefix_blocks} blocks (prefix + next-frame "
+            f"reserve{extra}), "
+            f"{self.request_blocks} blocks per request; holds {self.sustained} requests in flight "
+            f"(workload needs {self.in_flight}), i.e. {self.sustained_rate:.2f} requests/frame of "
+            f"{self.frames_per_request} frames each"
+        )
 
 
-def in_flight_requests(rate_per_frame: float, max_new_tokens: int, tokens_per_frame: int,
-                       cross_frame: bool) -> tuple[int, int]:
+def in_flight_requests(
+    rate_per_frame: float, max_new_tokens: int, tokens_per_frame: int, cross_frame: bool
+) -> tuple[int, int]:
     """Requests in flight at once and frames each lives.
 
     Args:
@@ -99,9 +103,19 @@ def in_flight_requests(rate_per_frame: float, max_new_tokens: int, tokens_per_fr
     return math.ceil(rate_per_frame * frames - 1e-9) + 1, frames
 
 
-def plan_pool(*, bytes_per_block: int, prefix_blocks: int, own_blocks: int, in_flight: int,
-              frames_per_request: int, min_own_blocks: int = 0, kv_blocks: int = 0, budget_bytes: int = 0,
-              budget_source: str = "", extra_prefixes: int = 0) -> PoolPlan:
+def plan_pool(
+    *,
+    bytes_per_block: int,
+    prefix_blocks: int,
+    own_blocks: int,
+    in_flight: int,
+    frames_per_request: int,
+    min_own_blocks: int = 0,
+    kv_blocks: int = 0,
+    budget_bytes: int = 0,
+    budget_source: str = "",
+    extra_prefixes: int = 0,
+) -> PoolPlan:
     """Choose the pool size.
 
     ``n`` requests in flight, each on its own frame's prefix ``P`` with ``O`` own blocks, plus the
@@ -117,7 +131,8 @@ def plan_pool(*, bytes_per_block: int, prefix_blocks: int, own_blocks: int, in_f
 
     Raises:
         PoolSizeError: the chosen size cannot hold the action path plus one request
-            (``(2 + extra_prefixes) P + min_own_blocks``); the message names the blocks needed and available and the budget.
+            (``(2 + extra_prefixes) P + min_own_blocks``); the message names the blocks needed and available and the
+            budget.
     """
     per_request = prefix_blocks + own_blocks if own_blocks else 0
     min_own = min_own_blocks or own_blocks
@@ -138,9 +153,20 @@ def plan_pool(*, bytes_per_block: int, prefix_blocks: int, own_blocks: int, in_f
             f"beside the action path: needs {minimum} blocks ({minimum * mib:.1f} MiB) = prefix {prefix_blocks} "
             f"+ next-frame reserve {prefix_blocks}"
             + (f" + batcher hand-over {extra_prefixes * prefix_blocks}" if extra_prefixes else "")
-            + f" + {min_own} for the longest task's max_new_tokens; raise the memory budget or kv_blocks, or lower max_new_tokens")
-    return PoolPlan(blocks, bytes_per_block, prefix_blocks, per_request, extra_prefixes, in_flight, sustained,
-                    frames_per_request, source)
+            + f" + {min_own} for the longest task's max_new_tokens; "
+            "raise the memory budget or kv_blocks, or lower max_new_tokens"
+        )
+    return PoolPlan(
+        blocks,
+        bytes_per_block,
+        prefix_blocks,
+        per_request,
+        extra_prefixes,
+        in_flight,
+        sustained,
+        frames_per_request,
+        source,
+    )
 
 
 def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device) -> PoolPlan:
@@ -156,8 +182,9 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
     Raises:
         ConfigError: the pool cannot hold one request beside the action path (numbers named).
     """
-    bytes_per_block = KVPool.bytes_per_block(model.vlm.depth, cfg.block_size, model.vlm.num_kv_heads,
-                                             model.vlm.head_dim, dtype)
+    bytes_per_block = KVPool.bytes_per_block(
+        model.vlm.depth, cfg.block_size, model.vlm.num_kv_heads, model.vlm.head_dim, dtype
+    )
     if cfg.kv_memory_mb:
         budget, src = int(cfg.kv_memory_mb * 2**20), f"engine.kv_memory_mb={cfg.kv_memory_mb:g}"
     elif device.type == "cuda":
@@ -173,14 +200,28 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
     in_flight, frames = in_flight_requests(rate, max(longest, 1), k, cfg.mode == "unified")
     blocks_for = lambda n: -(-n // cfg.block_size)  # noqa: E731
     try:
-        return plan_pool(bytes_per_block=bytes_per_block, prefix_blocks=blocks_for(model.max_prefix_len),
-                         own_blocks=blocks_for(PROMPT_ALLOWANCE + longest) if cfg.tasks else 0,
-                         min_own_blocks=blocks_for(longest),
-                         in_flight=in_flight, frames_per_request=frames, kv_blocks=cfg.kv_blocks,
-                         budget_bytes=budget, budget_source=src,
-                         extra_prefixes=int(cfg.schedule == "concurrent"))
+        return plan_pool(
+            bytes_per_block=bytes_per_block,
+            prefix_blocks=blocks_for(model.max_prefix_len),
+            own_blocks=blocks_for(PROMPT_ALLOWANCE + longest) if cfg.tasks else 0,
+            min_own_blocks=blocks_for(longest),
+            in_flight=in_flight,
+            frames_per_request=frames,
+            kv_blocks=cfg.kv_blocks,
+            budget_bytes=budget,
+            budget_source=src,
+            extra_prefixes=int(cfg.schedule == "concurrent"),
+        )
     except PoolSizeError as e:
         raise ConfigError(f"engine: {e}") from None
 
 
-__all__ = ["CPU_KV_MEMORY_MB", "PROMPT_ALLOWANCE", "PoolPlan", "PoolSizeError", "in_flight_requests", "plan_pool", "size_for"]
+__all__ = [
+    "CPU_KV_MEMORY_MB",
+    "PROMPT_ALLOWANCE",
+    "PoolPlan",
+    "PoolSizeError",
+    "in_flight_requests",
+    "plan_pool",
+    "size_for",
+]

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import logging
 import types
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -168,12 +169,19 @@ class Stage:
         self.graph_inputs.append(_describe(args))
         if self._sealed:
             self.recompiles += n - self._seen
-            log.warning("compiled %s stage compiled a new graph after warm-up (recompile %d; inputs %s): an "
-                        "input shape warm-up did not cover", self.name, self.recompiles, _describe(args))
+            log.warning(
+                "compiled %s stage compiled a new graph after warm-up (recompile %d; inputs %s): an "
+                "input shape warm-up did not cover",
+                self.name,
+                self.recompiles,
+                _describe(args),
+            )
         self._seen = n
         if n > self.budget:
-            self.fall_back(f"{n} graphs exceed the budget of {self.budget} ({self.recompiles} recompiles "
-                           "after warm-up: input shapes warm-up did not cover)")
+            self.fall_back(
+                f"{n} graphs exceed the budget of {self.budget} ({self.recompiles} recompiles "
+                "after warm-up: input shapes warm-up did not cover)"
+            )
 
     def fall_back(self, reason: str) -> None:
         """Switch this stage to eager for good and record why."""
@@ -211,5 +219,7 @@ def warmup_observations(policy: Any, frames: int, cameras: list[int] | None, sta
     blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
     if not static:
         blanks = blanks[-1:]
-    return [Observation(images=images, state=state, instruction="warm up")
-            for images in blanks + [blanks[-1]] * max(frames - 1, 0)]
+    return [
+        Observation(images=images, state=state, instruction="warm up")
+        for images in blanks + [blanks[-1]] * max(frames - 1, 0)
+    ]

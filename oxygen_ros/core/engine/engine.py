@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool
@@ -108,17 +109,32 @@ class Engine:
 
     schedule = "serial"
 
-    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, rtc: RTCConfig | None = None, *,
-                 rtc_relative: tuple[Any, Any] | None = None, stamp_clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        policy: Pi05Policy,
+        cfg: EngineConfig | None = None,
+        rtc: RTCConfig | None = None,
+        *,
+        rtc_relative: tuple[Any, Any] | None = None,
+        stamp_clock: Callable[[], float] | None = None,
+    ) -> None:
         cfg = (cfg or EngineConfig()).validate()
         self.rtc = (rtc or RTCConfig()).validate()
         self.policy = policy
         mc, dev = policy.cfg, policy.model.device
         # the one current config: read per frame into FrameInputs, swapped only by reconfigure()
-        self.cfg, self.pool_plan = size_engine(cfg, mc, policy.model.dtype, dev,
-                                               uses_flex(cfg, dev))  # nothing allocated yet
-        self.pool = KVPool(mc.vlm.depth, self.pool_plan.blocks, self.cfg.block_size, mc.vlm.num_kv_heads,
-                           mc.vlm.head_dim, policy.model.dtype, dev)
+        self.cfg, self.pool_plan = size_engine(
+            cfg, mc, policy.model.dtype, dev, uses_flex(cfg, dev)
+        )  # nothing allocated yet
+        self.pool = KVPool(
+            mc.vlm.depth,
+            self.pool_plan.blocks,
+            self.cfg.block_size,
+            mc.vlm.num_kv_heads,
+            mc.vlm.head_dim,
+            policy.model.dtype,
+            dev,
+        )
         self.streams = DeviceStreams(dev)
         self.clock = StageClock(self.streams.cuda)
         self.runner = Runner(policy, self.pool, self.streams, self.cfg, rtc=self.rtc.enabled)
@@ -128,12 +144,25 @@ class Engine:
         self.book = RequestBook(self.scheduler, policy, self.pool, self.streams, language_faults)
         serial = self.schedule == "serial"
         policy_name = "frame" if serial else self.cfg.batcher_policy
-        self.language = LanguageStage(self.book, self.scheduler, self.runner, self.streams, language_faults,
-                                      policy=policy_name,
-                                      late_cancels=self.take_cancels if serial or policy_name == "continuous" else None)
+        self.language = LanguageStage(
+            self.book,
+            self.scheduler,
+            self.runner,
+            self.streams,
+            language_faults,
+            policy=policy_name,
+            late_cancels=self.take_cancels if serial or policy_name == "continuous" else None,
+        )
         self.num_steps = self.cfg.num_denoise_steps or mc.num_denoise_steps
-        self.handover = ChunkHandover(self.rtc, policy.normalizer, mc.action_horizon, mc.action_dim,
-                                      euler_times(self.num_steps)[0], rtc_relative, stamp_clock)  # core.rtc
+        self.handover = ChunkHandover(
+            self.rtc,
+            policy.normalizer,
+            mc.action_horizon,
+            mc.action_dim,
+            euler_times(self.num_steps)[0],
+            rtc_relative,
+            stamp_clock,
+        )  # core.rtc
         self.meter = ScheduleMeter()
         self.frame_id = 0
         self.dropped_observations = 0
@@ -148,8 +177,9 @@ class Engine:
         self.warmup_s = 0.0
 
     # ------------------------------------------------------------------ inputs (any thread)
-    def submit_observation(self, obs: Observation, *, prev_chunk_left_over: Any = None,
-                           inference_delay: int | None = None) -> None:
+    def submit_observation(
+        self, obs: Observation, *, prev_chunk_left_over: Any = None, inference_delay: int | None = None
+    ) -> None:
         """Make ``obs`` the newest observation (an unprocessed older one is superseded). With RTC on,
         ``prev_chunk_left_over`` ``[T_left, A]`` (normalised model space, LeRobot's argument) and
         ``inference_delay`` (rows) replace the remembered previous chunk for this observation."""
@@ -167,10 +197,19 @@ class Engine:
         """
         return self.book.prompt_of(self.cfg, task, text, instruction)
 
-    def submit_request(self, task: str, text: str = "", max_new_tokens: int | None = None, *,
-                       temperature: float | None = None, top_k: int | None = None, seed: int | None = None,
-                       stop_ids: tuple[int, ...] = (), instruction: str | None = None,
-                       prompt: Prompt | None = None) -> int:
+    def submit_request(
+        self,
+        task: str,
+        text: str = "",
+        max_new_tokens: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_ids: tuple[int, ...] = (),
+        instruction: str | None = None,
+        prompt: Prompt | None = None,
+    ) -> int:
         """Queue a language request of ``task`` (template and defaults from the task config).
 
         Its prompt: ``prompt`` (from :meth:`prompt`), or built here from ``instruction``, in the
@@ -264,12 +303,25 @@ class Engine:
         if prefix is not None and (act.enc is None or not self._may_start(inp, fid)):
             self.pool.blocks.free(prefix.blocks, self.streams.fence())  # nothing can start on it
             prefix = None
-        frame = LanguageFrame(fid, inp.cfg, inp.new, inp.cancels, None if inp.obs is None else inp.obs.instruction,
-                              act.enc, prefix, act.ready, t0)
+        frame = LanguageFrame(
+            fid,
+            inp.cfg,
+            inp.new,
+            inp.cancels,
+            None if inp.obs is None else inp.obs.instruction,
+            act.enc,
+            prefix,
+            act.ready,
+            t0,
+        )
         out = self._language(frame)
         faults = list(self.faults.frame) + self._absorb(out)
-        m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (out.tokens, out.decode, out.decode_steps,
-                                                                       out.decode_batch)
+        m.tokens_emitted, m.decode, m.decode_steps, m.decode_batch = (
+            out.tokens,
+            out.decode,
+            out.decode_steps,
+            out.decode_batch,
+        )
         m.frame_time = time.perf_counter() - t0
         if self.schedule == "serial":  # the language half ran in this thread: part of the frame's time
             m.vision += out.vision
@@ -325,8 +377,9 @@ class Engine:
         self.handover.forget("dropped")  # the next chunk is not guided toward a stale one
         return f"{what} dropped: {reason}"
 
-    def _denoise(self, inp: FrameInputs, prefix: FramePrefix, fid: int, m: FrameMetrics
-                 ) -> tuple[ActionChunk | None, str | None]:
+    def _denoise(
+        self, inp: FrameInputs, prefix: FramePrefix, fid: int, m: FrameMetrics
+    ) -> tuple[ActionChunk | None, str | None]:
         """Guarded denoise over the frame's prefix: the chunk, or ``None`` and the drop reason."""
         t1 = time.perf_counter()
         obs = inp.obs
@@ -398,8 +451,9 @@ class Engine:
             r = self.step()
             if r.action is None:  # the model cannot act (NaN weights, a size that does not fit): refuse now
                 cams = sum(img is not None for img in obs.images.values())
-                raise WarmupError(f"warm-up frame ({cams} camera(s), blank images) produced no action chunk: "
-                                  f"{r.error or 'no chunk'}")
+                raise WarmupError(
+                    f"warm-up frame ({cams} camera(s), blank images) produced no action chunk: {r.error or 'no chunk'}"
+                )
         self.runner.warm_decode_buckets()
         self.streams.sync()
         self.runner.seal()
@@ -417,9 +471,14 @@ class Engine:
         ``compile`` mode, the stages running compiled, and per compiled stage its graphs
         (``graphs_<stage>``), its recompiles after warm-up (``recompiles_<stage>``, when any) and
         any eager fallback with its reason (``fallback_<stage>``)."""
-        return {"ready": self.ready, "warmup_s": round(self.warmup_s, 3), "compile": self.cfg.compile,
-                "attention": "flex" if self.runner.flex else "gather", **self.runner.compile_state(),
-                **self.handover.diagnostics()}
+        return {
+            "ready": self.ready,
+            "warmup_s": round(self.warmup_s, 3),
+            "compile": self.cfg.compile,
+            "attention": "flex" if self.runner.flex else "gather",
+            **self.runner.compile_state(),
+            **self.handover.diagnostics(),
+        }
 
     def reset_chunks(self, reason: str = "reset") -> None:
         """Forget the last action chunk (the robot was reset or stopped): the next one is not guided."""
@@ -462,8 +521,9 @@ class Engine:
     def flush(self) -> FrameResult:
         """Language work handed out but not yet returned by a step (``action=None``, ``frame_id`` =
         the next frame). The serial schedule returns everything with each step: an empty result."""
-        return FrameResult(self.frame_id, None, [], [], FrameMetrics(frame_id=self.frame_id,
-                                                                      blocks_total=self.pool.blocks.num_blocks))
+        return FrameResult(
+            self.frame_id, None, [], [], FrameMetrics(frame_id=self.frame_id, blocks_total=self.pool.blocks.num_blocks)
+        )
 
     def close(self) -> list[RequestResult]:
         """End of the engine's life: cancel every request, release all blocks (the concurrent

@@ -59,11 +59,11 @@ def is_oom(exc: BaseException) -> bool:
 class _Guard:
     """Context of one guarded stage; ``fault`` is set if it raised (the exception is swallowed)."""
 
-    def __init__(self, log: "FaultLog", stage: str, request_ids: tuple[int, ...]) -> None:
+    def __init__(self, log: FaultLog, stage: str, request_ids: tuple[int, ...]) -> None:
         self.log, self.stage, self.request_ids = log, stage, request_ids
         self.fault: Fault | None = None
 
-    def __enter__(self) -> "_Guard":
+    def __enter__(self) -> _Guard:
         return self
 
     def __exit__(self, et, exc, tb) -> bool:
@@ -98,8 +98,14 @@ class FaultLog:
     def record(self, stage: str, exc: Exception, request_ids: Iterable[int] = ()) -> Fault:
         """Count ``exc`` raised in ``stage``; on OOM free scratch and empty the allocator cache once."""
         oom = is_oom(exc)
-        f = Fault(stage, f"{type(exc).__name__}: {exc}", self.frame_id, tuple(request_ids), oom,
-                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        f = Fault(
+            stage,
+            f"{type(exc).__name__}: {exc}",
+            self.frame_id,
+            tuple(request_ids),
+            oom,
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
         if oom:
             traceback.clear_frames(exc.__traceback__)  # the failed stage's activations go now
             gc.collect()

@@ -104,10 +104,19 @@ class LanguageOutput:
     fault_counts: dict[str, int] = field(default_factory=dict)
     cache_emptied: int = 0
 
-    def merge(self, other: "LanguageOutput") -> None:
+    def merge(self, other: LanguageOutput) -> None:
         """Add ``other`` (a later output) to this one."""
-        for name in ("tokens", "decode", "decode_steps", "start", "vision", "prefill", "busy", "grants",
-                     "cache_emptied"):
+        for name in (
+            "tokens",
+            "decode",
+            "decode_steps",
+            "start",
+            "vision",
+            "prefill",
+            "busy",
+            "grants",
+            "cache_emptied",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.decode_batch = max(self.decode_batch, other.decode_batch)
         self.deltas.extend(other.deltas)
@@ -131,9 +140,16 @@ class LanguageStage:
             step (serial schedule, ``continuous`` policy); ``None``: cancels come with frames only.
     """
 
-    def __init__(self, book: RequestBook, scheduler: Scheduler, runner: Runner, streams: DeviceStreams,
-                 faults: FaultLog, policy: str = "frame",
-                 late_cancels: Callable[[], set[int]] | None = None) -> None:
+    def __init__(
+        self,
+        book: RequestBook,
+        scheduler: Scheduler,
+        runner: Runner,
+        streams: DeviceStreams,
+        faults: FaultLog,
+        policy: str = "frame",
+        late_cancels: Callable[[], set[int]] | None = None,
+    ) -> None:
         self.book, self.scheduler, self.runner, self.streams = book, scheduler, runner, streams
         self.faults = faults
         self.policy = policy

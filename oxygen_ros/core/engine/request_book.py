@@ -52,8 +52,9 @@ class RequestBook:
             detokenize and non-finite faults are counted there).
     """
 
-    def __init__(self, scheduler: "Scheduler", policy: "Pi05Policy", pool: "KVPool", streams: "DeviceStreams",
-                 faults: "FaultLog") -> None:
+    def __init__(
+        self, scheduler: Scheduler, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams, faults: FaultLog
+    ) -> None:
         self.scheduler = scheduler
         self.policy = policy
         self.pool = pool
@@ -70,7 +71,7 @@ class RequestBook:
         self.faults = faults
 
     # ------------------------------------------------------------------ creation
-    def prompt_of(self, cfg: "EngineConfig", task: str, text: str, instruction: str | None) -> Prompt | None:
+    def prompt_of(self, cfg: EngineConfig, task: str, text: str, instruction: str | None) -> Prompt | None:
         """The prompt of a new request of ``task`` — its template filled with ``text`` and
         ``instruction``, tokenized (an ``own_prefix`` task's prompt goes into its own prefix) — built
         in the caller's thread (a ROS callback for an ask). A ``text`` longer than
@@ -86,8 +87,10 @@ class RequestBook:
         if not isinstance(text, str):
             return None  # new_request refuses it
         if len(text) > cfg.max_request_chars:  # checked before any formatting or tokenization
-            return Prompt(reject=f"the ask has {len(text)} characters; at most {cfg.max_request_chars} are "
-                                 "accepted (engine.max_request_chars)")
+            return Prompt(
+                reject=f"the ask has {len(text)} characters; at most {cfg.max_request_chars} are "
+                "accepted (engine.max_request_chars)"
+            )
         if instruction is None:
             return None
         try:
@@ -101,9 +104,18 @@ class RequestBook:
             log.exception("tokenizing the prompt of a %s request failed", task)
             return Prompt(fail=f"failed in prompt: {type(e).__name__}: {e}")
 
-    def new_request(self, cfg: "EngineConfig", task: str, text: str, max_new_tokens: int | None, temperature: float | None,
-                    top_k: int | None, seed: int | None, stop_ids: tuple[int, ...], prompt: Prompt | None = None
-                    ) -> LanguageRequest:
+    def new_request(
+        self,
+        cfg: EngineConfig,
+        task: str,
+        text: str,
+        max_new_tokens: int | None,
+        temperature: float | None,
+        top_k: int | None,
+        seed: int | None,
+        stop_ids: tuple[int, ...],
+        prompt: Prompt | None = None,
+    ) -> LanguageRequest:
         """Validate arguments and build a QUEUED request with its ``prompt`` (:meth:`prompt_of`;
         ``None``: built at admission); one whose prompt could not be built comes back REJECTED or
         FAILED with the reason, so it still ends with a notice.
@@ -115,8 +127,9 @@ class RequestBook:
         n = t.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"max_new_tokens={n!r} must be an int >= 1")
-        params = SamplingParams(t.temperature if temperature is None else temperature,
-                                t.top_k if top_k is None else top_k, seed).validate()
+        params = SamplingParams(
+            t.temperature if temperature is None else temperature, t.top_k if top_k is None else top_k, seed
+        ).validate()
         if params.top_k > cfg.max_top_k:
             raise ValueError(f"top_k={params.top_k} exceeds engine.max_top_k={cfg.max_top_k}")
         if not isinstance(text, str):
@@ -124,14 +137,27 @@ class RequestBook:
         stop = tuple(int(s) for s in stop_ids)
         with self._lock:  # one id per request, whatever thread asks (ids are how outputs are matched)
             rid = next(self._ids)
-            r = LanguageRequest(id=rid, task=task, text=text, max_new_tokens=n, temperature=params.temperature,
-                                top_k=params.top_k, seed=seed, stop_ids=stop, t_submit=time.perf_counter(),
-                                sample_key=params.key())
+            r = LanguageRequest(
+                id=rid,
+                task=task,
+                text=text,
+                max_new_tokens=n,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                seed=seed,
+                stop_ids=stop,
+                t_submit=time.perf_counter(),
+                sample_key=params.key(),
+            )
             self._live[rid] = r
             self.counts.submitted(task)
         if prompt is not None:
-            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
-                prompt.prefix_ids), True
+            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = (
+                prompt.text,
+                list(prompt.ids),
+                list(prompt.prefix_ids),
+                True,
+            )
         if prompt is not None and (prompt.reject or prompt.fail):
             r.status = RequestStatus.FAILED if prompt.fail else RequestStatus.REJECTED
             r.reason = prompt.fail or prompt.reject
@@ -148,7 +174,7 @@ class RequestBook:
         with self._lock:
             return len(self._live)
 
-    def enqueue(self, cfg: "EngineConfig", reqs: list[LanguageRequest]) -> None:
+    def enqueue(self, cfg: EngineConfig, reqs: list[LanguageRequest]) -> None:
         """Queue new requests; one rejected (or failed) at submission ends now, a full queue rejects too."""
         for r in reqs:
             if r.status == RequestStatus.FAILED:  # its prompt could not be built (a tokenizer fault)
@@ -160,7 +186,7 @@ class RequestBook:
             if reason is not None:
                 self._end(r, RequestStatus.REJECTED, reason)
 
-    def periodic(self, cfg: "EngineConfig", frame_id: int, instruction: str) -> None:
+    def periodic(self, cfg: EngineConfig, frame_id: int, instruction: str) -> None:
         """Submit the periodic tasks (``every_n_frames``) due at ``frame_id``, their prompts filled
         with the frame's ``instruction``."""
         for t in cfg.tasks:
@@ -168,13 +194,17 @@ class RequestBook:
                 prompt = self.prompt_of(cfg, t.name, "", instruction)
                 self.enqueue(cfg, [self.new_request(cfg, t.name, "", None, None, None, None, (), prompt)])
 
-    def prepare_prompts(self, cfg: "EngineConfig", instruction: str) -> None:
+    def prepare_prompts(self, cfg: EngineConfig, instruction: str) -> None:
         """Build the prompts left to admission (requests submitted without an instruction) with
         the admitting frame's ``instruction``; one that cannot be built ends now with the reason."""
         for r in [r for r in self.scheduler.queue if not r.prompt_ready]:
             prompt = self.prompt_of(cfg, r.task, r.text, instruction)
-            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = prompt.text, list(prompt.ids), list(
-                prompt.prefix_ids), True
+            r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = (
+                prompt.text,
+                list(prompt.ids),
+                list(prompt.prefix_ids),
+                True,
+            )
             if prompt.reject:
                 self.scheduler.remove([r])
                 self._end(r, RequestStatus.REJECTED, prompt.reject)
@@ -182,7 +212,7 @@ class RequestBook:
                 self.faults.count("prompt")
                 self.fail([r], prompt.fail)
 
-    def expire(self, cfg: "EngineConfig") -> None:
+    def expire(self, cfg: EngineConfig) -> None:
         """End queued requests older than ``max_queue_wait_s`` (rejected, reason "expired ...")."""
         self.rejected(self.scheduler.expire(cfg, time.perf_counter()))
 
@@ -299,7 +329,8 @@ class RequestBook:
     def check_accounting(self, located: list[LanguageRequest]) -> None:
         """Raise ``AssertionError`` unless every accepted request is accounted for: per task,
         ``submitted = finished + rejected + expired + failed + cancelled + in flight``, the in-flight
-        ones are exactly the live ones, and each sits in one place the engine will still process (``located``: not yet drained, queued or running)."""
+        ones are exactly the live ones, and each sits in one place the engine will still process (``located``: not
+        yet drained, queued or running)."""
         with self._lock:
             live = dict(self._live)
             counts = self.counts.snapshot()
@@ -315,7 +346,8 @@ class RequestBook:
             ended = sum(row[o] for o in OUTCOMES)
             assert row["submitted"] == ended + row["in_flight"], f"{task}: {row}"
             assert row["in_flight"] == per_task.get(task, 0), (
-                f"{task}: {row['in_flight']} in flight by the counts, {per_task.get(task, 0)} live")
+                f"{task}: {row['in_flight']} in flight by the counts, {per_task.get(task, 0)} live"
+            )
         assert set(per_task) <= set(counts), f"live requests of uncounted tasks {set(per_task) - set(counts)}"
 
     def forget(self) -> None:

@@ -158,7 +158,7 @@ class LanguageRequest:
     t_submit: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
-    state: "RequestState | None" = None
+    state: RequestState | None = None
 
     @property
     def remaining(self) -> int:
@@ -186,7 +186,7 @@ class RequestResult:
         return outcome_of(self.status, self.reason)
 
     @classmethod
-    def of(cls, r: LanguageRequest) -> "RequestResult":
+    def of(cls, r: LanguageRequest) -> RequestResult:
         """Snapshot of a terminal request."""
         ttft = None if r.t_first_token is None else r.t_first_token - r.t_submit
         lat = None if r.t_done is None else r.t_done - r.t_submit

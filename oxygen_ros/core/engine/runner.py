@@ -19,14 +19,14 @@ import torch
 from ..cache.block_pool import BlockTable
 from ..cache.kv_pool import KVPool, PagedExtendView, to_device
 from ..config import EngineConfig
+from ..model.kv import DenoiseView
 from ..model.sampling import sample_batch
 from ..policy import EncodedObservation, Pi05Policy
+from ..rtc.guidance import RTCGuide, integrate_guided
 from .compiled import Stage
 from .frame import FramePrefix
 from .requests import LanguageRequest
 from .step_buffers import DecodeBatch, StepBuffers
-from ..model.kv import DenoiseView
-from ..rtc.guidance import RTCGuide, integrate_guided
 from .steps import decode_tokens, denoise_actions, denoise_step, prefill_prefix, prefix_scratch
 from .streams import DeviceStreams
 
@@ -44,8 +44,14 @@ def uses_flex(cfg: EngineConfig, device: torch.device) -> bool:
 class Runner:
     """Executes prefill / denoise / prompt extension / decode on one model and one pool."""
 
-    def __init__(self, policy: Pi05Policy, pool: KVPool, streams: DeviceStreams,
-                 cfg: EngineConfig | None = None, rtc: bool = False) -> None:
+    def __init__(
+        self,
+        policy: Pi05Policy,
+        pool: KVPool,
+        streams: DeviceStreams,
+        cfg: EngineConfig | None = None,
+        rtc: bool = False,
+    ) -> None:
         cfg = (cfg or EngineConfig()).validate()
         self.max_top_k = cfg.max_top_k  # sizes the sampler's top-k (not a live setting)
         self.policy = policy
@@ -56,7 +62,9 @@ class Runner:
         self.flex = uses_flex(cfg, pool.device)
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
-        self.buffers = StepBuffers(cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex)
+        self.buffers = StepBuffers(
+            cfg.max_running_requests, width, pool.null_block, pool.device, self.static, self.flex
+        )
         cams = len(mc.image_slots)
         mode = cfg.compile
         cuda = pool.device.type == "cuda"
@@ -138,14 +146,22 @@ class Runner:
         slots = table.append(n)
         slot_row = torch.full((1, bucket), self.pool.null_slot, dtype=torch.long)
         slot_row[0, :n] = torch.as_tensor(slots, dtype=torch.long)
-        hidden = self.prefill_stage(self.pool.k, self.pool.v, self.pool.block_size, img, to_device(tok, dev),
-                                    to_device(slot_row, dev), to_device(torch.tensor([n]), dev),
-                                    self.masked(bucket, n))
+        hidden = self.prefill_stage(
+            self.pool.k,
+            self.pool.v,
+            self.pool.block_size,
+            img,
+            to_device(tok, dev),
+            to_device(slot_row, dev),
+            to_device(torch.tensor([n]), dev),
+            self.masked(bucket, n),
+        )
         hidden = hidden.clone()  # kept across frames: never a CUDA-graph output buffer
         self.streams.sync()
         t2 = time.perf_counter()
-        return FramePrefix(frame_id, list(table.blocks), list(slots), hidden,
-                           {"vision": t1 - t0, "prefill": t2 - t1}, bucket=bucket)
+        return FramePrefix(
+            frame_id, list(table.blocks), list(slots), hidden, {"vision": t1 - t0, "prefill": t2 - t1}, bucket=bucket
+        )
 
     def prefill_new(self, enc: EncodedObservation, frame_id: int, table: BlockTable | None = None) -> FramePrefix:
         """:meth:`prefill` into ``table`` (default: a new, empty one); if the prefill raises, the
@@ -175,13 +191,15 @@ class Runner:
         if num_steps not in self._plain:
             mc = self.policy.cfg
             z = torch.zeros(num_steps, dtype=torch.float32)
-            self._plain[num_steps] = RTCGuide(torch.zeros(1, mc.action_horizon, mc.action_dim), torch.zeros(
-                1, mc.action_horizon, 1), z, z.clone()).to(self.pool.device)
+            self._plain[num_steps] = RTCGuide(
+                torch.zeros(1, mc.action_horizon, mc.action_dim), torch.zeros(1, mc.action_horizon, 1), z, z.clone()
+            ).to(self.pool.device)
         return self._plain[num_steps]
 
     @torch.inference_mode()
-    def actions_normalized(self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int,
-                           guide: RTCGuide | None = None) -> torch.Tensor:
+    def actions_normalized(
+        self, prefix: FramePrefix, noise: torch.Tensor, num_steps: int, guide: RTCGuide | None = None
+    ) -> torch.Tensor:
         """``[1, H, action_dim]`` float32 normalised actions over the read-only prefix; a runner built
         with ``rtc`` takes the frame's ``guide`` (an inactive one: the plain flow), a plain runner
         its zero guide (:meth:`plain_guide`). A compiled result that is not finite where the eager
@@ -199,7 +217,7 @@ class Runner:
         lengths, padded = to_device(torch.tensor([prefix.length]), dev), self.masked(prefix.bucket, prefix.length)
         noise, read = to_device(noise.to(torch.float32), dev), to_device(read, dev)
         if not noise.is_inference():  # like every later step's input: one denoise graph per shape,
-            noise = noise.clone()     # not one for the first step and one for the rest (dispatch keys)
+            noise = noise.clone()  # not one for the first step and one for the rest (dispatch keys)
         guide = self.plain_guide(num_steps) if guide is None else guide.to(dev)
         if guide.vjp:  # the paper's form: a backward pass per step, eager
             k, v = prefix_scratch(self.pool.k, self.pool.v, self.pool.block_size, read, noise.shape[1])
@@ -216,8 +234,9 @@ class Runner:
             k, v = prefix_scratch(*pool, read, noise.shape[1])
             x = noise
             for i in range(num_steps):
-                x = stage(k, v, lengths, x, conds[i], dt, padded, guide.times[i], guide.gains[i], guide.target,
-                          guide.weights)
+                x = stage(
+                    k, v, lengths, x, conds[i], dt, padded, guide.times[i], guide.gains[i], guide.target, guide.weights
+                )
             return x
 
         return self.denoise_stage.checked(run, lambda x: int(not bool(torch.isfinite(x).all())))
@@ -236,8 +255,15 @@ class Runner:
         dev = logits.device
         ints = to_device(torch.tensor([[r.top_k, r.sample_key, len(r.output_ids)] for r in reqs]), dev)
         temps = to_device(torch.tensor([r.temperature for r in reqs], dtype=torch.float32), dev)
-        ids = sample_batch(logits, temps, ints[:, 0], ints[:, 1], ints[:, 2], self.max_top_k,
-                           greedy_only=all(r.temperature == 0 for r in reqs)).tolist()
+        ids = sample_batch(
+            logits,
+            temps,
+            ints[:, 0],
+            ints[:, 1],
+            ints[:, 2],
+            self.max_top_k,
+            greedy_only=all(r.temperature == 0 for r in reqs),
+        ).tolist()
         return ids, [i >= 0 for i in ids]
 
     @torch.inference_mode()
@@ -258,7 +284,9 @@ class Runner:
                 ids[i, : len(r.prompt_ids)] = torch.as_tensor(r.prompt_ids)
                 valid[i, : len(r.prompt_ids)] = True
             view = self._extend_view(with_prompt, [len(r.prompt_ids) for r in with_prompt], valid)
-            logits = self.model.decode_step(view, to_device(ids, self.model.device), to_device(valid, self.model.device))
+            logits = self.model.decode_step(
+                view, to_device(ids, self.model.device), to_device(valid, self.model.device)
+            )
             for r, t, ok in zip(with_prompt, *self._sample(with_prompt, logits)):
                 toks[r.id] = (t, ok)
         if without:
@@ -270,8 +298,15 @@ class Runner:
     def decode_args(self, batch: DecodeBatch) -> tuple:
         """Arguments of the decode stage for ``batch`` (greedy-only shortcut only when eager, so
         a compiled decode has one graph per bucket)."""
-        return (self.pool.k, self.pool.v, self.pool.block_size, self.flex, *batch.tensors(), self.max_top_k,
-                batch.greedy_only and not self.decode_stage.compiled)
+        return (
+            self.pool.k,
+            self.pool.v,
+            self.pool.block_size,
+            self.flex,
+            *batch.tensors(),
+            self.max_top_k,
+            batch.greedy_only and not self.decode_stage.compiled,
+        )
 
     @torch.inference_mode()
     def decode(self, reqs: list[LanguageRequest]) -> tuple[list[int], list[bool]]:
@@ -285,8 +320,9 @@ class Runner:
         for st in states:
             st.table.advance(1)  # within the blocks reserved at admission
         args = self.decode_args(batch)
-        ids = self.decode_stage.checked(lambda stage: stage(*args)[: batch.rows].tolist(),
-                                        lambda ids: sum(i < 0 for i in ids))
+        ids = self.decode_stage.checked(
+            lambda stage: stage(*args)[: batch.rows].tolist(), lambda ids: sum(i < 0 for i in ids)
+        )
         return ids, [i >= 0 for i in ids]
 
     @torch.inference_mode()

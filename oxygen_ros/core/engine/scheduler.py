@@ -34,14 +34,23 @@ from .requests import LanguageRequest, RequestStatus
 # ------------------------------------------------------------------ admission (pure functions)
 def never_fits_reason(need: int, capacity: int, pool_blocks: int, prefix: int, reserve: int, block_size: int) -> str:
     """Rejection text for a request needing ``need`` blocks where at most ``capacity`` fit."""
-    return (f"request needs {need} KV blocks but at most {capacity} fit beside the action path "
-            f"(pool {pool_blocks} blocks of {block_size} tokens, minus {prefix} for the frame prefix and "
-            f"{reserve} for the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens")
+    return (
+        f"request needs {need} KV blocks but at most {capacity} fit beside the action path "
+        f"(pool {pool_blocks} blocks of {block_size} tokens, minus {prefix} for the frame prefix and "
+        f"{reserve} for the next-frame reserve); raise kv_blocks / the memory budget or lower max_new_tokens"
+    )
 
 
-def admit(queue: deque[LanguageRequest], need: Callable[[LanguageRequest], int], *, free: int, reserve: int,
-          slots: int, max_overtakes: int, never_fits: Callable[[LanguageRequest, int], str | None]
-          ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+def admit(
+    queue: deque[LanguageRequest],
+    need: Callable[[LanguageRequest], int],
+    *,
+    free: int,
+    reserve: int,
+    slots: int,
+    max_overtakes: int,
+    never_fits: Callable[[LanguageRequest, int], str | None],
+) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
     """Pick the queued requests that start now; remove them (and the rejected) from ``queue``.
 
     Args:
@@ -96,10 +105,8 @@ def expire(queue: deque[LanguageRequest], now: float, max_wait_s: float) -> list
     for r in gone:
         queue.remove(r)
         r.status = RequestStatus.REJECTED
-        r.reason = (f"expired: waited {now - r.t_submit:.1f} s in the queue "
-                    f"(engine.max_queue_wait_s = {max_wait_s:g})")
+        r.reason = f"expired: waited {now - r.t_submit:.1f} s in the queue (engine.max_queue_wait_s = {max_wait_s:g})"
     return gone
-
 
 
 class StepCostModel:
@@ -174,12 +181,15 @@ class Scheduler:
         """Why ``r`` (reserving ``need`` blocks) can never run beside a prefix of ``prefix_tokens``."""
         own = len(r.prompt_ids) + r.max_new_tokens
         if own > cfg.max_request_tokens:
-            return (f"request needs {own} tokens (prompt + max_new_tokens) but "
-                    f"engine.max_request_tokens is {cfg.max_request_tokens}")
+            return (
+                f"request needs {own} tokens (prompt + max_new_tokens) but "
+                f"engine.max_request_tokens is {cfg.max_request_tokens}"
+            )
         cap = self.capacity(prefix_tokens)
         if need > cap:
-            return never_fits_reason(need, cap, self.pool.num_blocks, self.pool.blocks_for(prefix_tokens),
-                                     self.reserve, self.pool.block_size)
+            return never_fits_reason(
+                need, cap, self.pool.num_blocks, self.pool.blocks_for(prefix_tokens), self.reserve, self.pool.block_size
+            )
         return None
 
     def submission_check(self, cfg: EngineConfig, r: LanguageRequest) -> str | None:
@@ -217,15 +227,21 @@ class Scheduler:
             (admitted in order, rejected).
         """
         running = sum(1 for r in self.running if not r.status.terminal)
-        admitted, rejected = admit(self.queue, lambda r: self.need_blocks(cfg, r, prefix_tokens),
-                                   free=self.pool.num_free, reserve=self.reserve,
-                                   slots=max(0, self.max_running - running), max_overtakes=cfg.max_overtakes,
-                                   never_fits=lambda r, n: self._never_fits(cfg, r, n, prefix_tokens))
+        admitted, rejected = admit(
+            self.queue,
+            lambda r: self.need_blocks(cfg, r, prefix_tokens),
+            free=self.pool.num_free,
+            reserve=self.reserve,
+            slots=max(0, self.max_running - running),
+            max_overtakes=cfg.max_overtakes,
+            never_fits=lambda r, n: self._never_fits(cfg, r, n, prefix_tokens),
+        )
         self.running.extend(admitted)
         return admitted, rejected
 
-    def plan_admission(self, cfg: EngineConfig, plan: FramePlan, prefix_tokens: int
-                       ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
+    def plan_admission(
+        self, cfg: EngineConfig, plan: FramePlan, prefix_tokens: int
+    ) -> tuple[list[LanguageRequest], list[LanguageRequest]]:
         """:meth:`admit` recorded into ``plan`` (admitted / rejected ids)."""
         admitted, rejected = self.admit(cfg, prefix_tokens)
         plan.admitted += [r.id for r in admitted]
@@ -239,8 +255,9 @@ class Scheduler:
         batch = self.decode_batch()
         plan.decoding = [r.id for r in batch]
         mode = cfg.mode
-        plan.decode_steps = (0 if mode == "isolated" else self.decode_steps(cfg, time_left_s) if mode == "unified"
-                             else 1 << 30)
+        plan.decode_steps = (
+            0 if mode == "isolated" else self.decode_steps(cfg, time_left_s) if mode == "unified" else 1 << 30
+        )
         return batch
 
     def decode_batch(self) -> list[LanguageRequest]:

@@ -63,8 +63,22 @@ class DecodeBatch:
 
     def tensors(self) -> tuple[Tensor, ...]:
         """The step's tensors in the order the step function takes them."""
-        return (self.ids, self.tables, self.num_blocks, self.prefix_len, self.aligned, self.pos,
-                self.temperature, self.top_k, self.keys, self.counters, self.kv_num, self.kv_idx, self.p2l, self.meta)
+        return (
+            self.ids,
+            self.tables,
+            self.num_blocks,
+            self.prefix_len,
+            self.aligned,
+            self.pos,
+            self.temperature,
+            self.top_k,
+            self.keys,
+            self.counters,
+            self.kv_num,
+            self.kv_idx,
+            self.p2l,
+            self.meta,
+        )
 
 
 class StepBuffers:
@@ -81,8 +95,15 @@ class StepBuffers:
             tables are fixed at admission).
     """
 
-    def __init__(self, max_batch: int, width_blocks: int, null_block: int, device: torch.device,
-                 static: bool = True, flex: bool = False) -> None:
+    def __init__(
+        self,
+        max_batch: int,
+        width_blocks: int,
+        null_block: int,
+        device: torch.device,
+        static: bool = True,
+        flex: bool = False,
+    ) -> None:
         self.static = static
         self.buckets = batch_buckets(max_batch)
         self.width = width_blocks
@@ -145,7 +166,7 @@ class StepBuffers:
             hi[i, _TOPK] = r.top_k
             hi[i, _KEY] = r.sample_key
             hi[i, _CTR] = len(r.output_ids)
-            hi[i, _FIXED:_FIXED + len(row)] = row
+            hi[i, _FIXED : _FIXED + len(row)] = row
             hf[i] = r.temperature
         di, df = self._dev_i[:b, : _FIXED + w], self._dev_f[:b]
         if di.device.type == "cpu":
@@ -153,9 +174,20 @@ class StepBuffers:
         else:
             di.copy_(self._host_i[:b, : _FIXED + w], non_blocking=True)
             df.copy_(self._host_f[:b], non_blocking=True)
-        out = DecodeBatch(n, di[:, _ID:_ID + 1], di[:, _FIXED:], di[:, _NBLK], di[:, _PLEN], di[:, _ALIGN],
-                          di[:, _POS], di[:, _TOPK], di[:, _KEY], di[:, _CTR], df,
-                          greedy_only=all(r.temperature == 0 for r in reqs))
+        out = DecodeBatch(
+            n,
+            di[:, _ID : _ID + 1],
+            di[:, _FIXED:],
+            di[:, _NBLK],
+            di[:, _PLEN],
+            di[:, _ALIGN],
+            di[:, _POS],
+            di[:, _TOPK],
+            di[:, _KEY],
+            di[:, _CTR],
+            df,
+            greedy_only=all(r.temperature == 0 for r in reqs),
+        )
         if self.flex:
             self._fill_flex(b, [r.id for r in reqs], rows, out)
         return out
@@ -173,14 +205,13 @@ class StepBuffers:
             hp[:] = -1
             for i, row in enumerate(rows):
                 hm[i, 0] = len(row)
-                hm[i, 1:1 + len(row)] = row
+                hm[i, 1 : 1 + len(row)] = row
                 hp[i, row] = range(len(row))
             if not on_host:
                 self._dev_m[:b].copy_(self._host_m[:b], non_blocking=True)
                 self._dev_p[:b].copy_(self._host_p[:b], non_blocking=True)
             self._flex_key = key
-        dm, dp, dq = ((self._host_m, self._host_p, self._host_q) if on_host
-                      else (self._dev_m, self._dev_p, self._dev_q))
+        dm, dp, dq = (self._host_m, self._host_p, self._host_q) if on_host else (self._dev_m, self._dev_p, self._dev_q)
         out.kv_num = dm[:b, :1][:, :, None]
         out.kv_idx = dm[:b, 1:][:, None, None, :]
         out.p2l, out.meta = dp[:b], dq[:b]

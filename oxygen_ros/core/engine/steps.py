@@ -42,8 +42,17 @@ class _BucketPrefillView(ViewBase):
         return k, v
 
 
-def prefill_prefix(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, image_tokens: Tensor,
-                   token_ids: Tensor, slots: Tensor, n_valid: Tensor, padded: bool) -> Tensor:
+def prefill_prefix(
+    model: Pi05Model,
+    pool_k: Tensor,
+    pool_v: Tensor,
+    block_size: int,
+    image_tokens: Tensor,
+    token_ids: Tensor,
+    slots: Tensor,
+    n_valid: Tensor,
+    padded: bool,
+) -> Tensor:
     """Prefill ``[image tokens ‖ prompt embeddings]`` into ``slots`` ``[1, P]`` (pads: the null slot).
 
     Args:
@@ -62,9 +71,22 @@ def prefill_prefix(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size:
     return h.index_select(1, (n_valid - 1).clamp_min(0))[:, 0]
 
 
-def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor,
-                    lengths: Tensor, noise: Tensor, conds: Tensor, dt: Tensor, padded: bool, times: Tensor,
-                    gains: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+def denoise_actions(
+    model: Pi05Model,
+    pool_k: Tensor,
+    pool_v: Tensor,
+    block_size: int,
+    read: Tensor,
+    lengths: Tensor,
+    noise: Tensor,
+    conds: Tensor,
+    dt: Tensor,
+    padded: bool,
+    times: Tensor,
+    gains: Tensor,
+    target: Tensor,
+    weights: Tensor,
+) -> Tensor:
     """The whole action path after prefill: prefix K/V ``read`` ``[1, P]`` slots (pads: null slot,
     masked) copied once into the denoise scratch, then ``S = conds.shape[0]`` steps of
     :func:`denoise_step` (one compiled region per frame on CUDA).
@@ -79,15 +101,29 @@ def denoise_actions(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size
     return x
 
 
-def prefix_scratch(pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor, horizon: int) -> tuple[Tensor, Tensor]:
+def prefix_scratch(
+    pool_k: Tensor, pool_v: Tensor, block_size: int, read: Tensor, horizon: int
+) -> tuple[Tensor, Tensor]:
     """The denoise scratch ``[L, 1, P + H, KVH, D]`` with the prefix slots ``read`` copied in."""
     pool = KVTensors(pool_k, pool_v, block_size)
     ks, vs = zip(*(pool.gather(layer, read) for layer in range(pool.num_layers)))
     return denoise_scratch(list(ks), list(vs), horizon)
 
 
-def denoise_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Tensor, cond: Tensor, dt: Tensor,
-                 padded: bool, t: Tensor, g: Tensor, target: Tensor, weights: Tensor) -> Tensor:
+def denoise_step(
+    model: Pi05Model,
+    k: Tensor,
+    v: Tensor,
+    lengths: Tensor,
+    x: Tensor,
+    cond: Tensor,
+    dt: Tensor,
+    padded: bool,
+    t: Tensor,
+    g: Tensor,
+    target: Tensor,
+    weights: Tensor,
+) -> Tensor:
     """One Euler step ``x + dt * v'`` over a denoise scratch, ``v'`` the velocity guided by
     real-time chunking toward ``target`` ``[1, H, D]`` with prefix weights ``weights`` ``[1, H, 1]``
     and guidance weight ``g`` at flow time ``t``
@@ -99,11 +135,29 @@ def denoise_step(model: Pi05Model, k: Tensor, v: Tensor, lengths: Tensor, x: Ten
     return x + dt * guided_velocity(x, model.denoise_step(view, x, None, cond), t, g, target, weights)
 
 
-def decode_tokens(model: Pi05Model, pool_k: Tensor, pool_v: Tensor, block_size: int, flex: bool,
-                  ids: Tensor, tables: Tensor, num_blocks: Tensor, prefix_len: Tensor, aligned: Tensor,
-                  pos: Tensor, temperature: Tensor, top_k: Tensor, keys: Tensor, counters: Tensor,
-                  kv_num: Tensor | None, kv_idx: Tensor | None, p2l: Tensor | None, meta: Tensor | None, top_k_cap: int,
-                  greedy_only: bool) -> Tensor:
+def decode_tokens(
+    model: Pi05Model,
+    pool_k: Tensor,
+    pool_v: Tensor,
+    block_size: int,
+    flex: bool,
+    ids: Tensor,
+    tables: Tensor,
+    num_blocks: Tensor,
+    prefix_len: Tensor,
+    aligned: Tensor,
+    pos: Tensor,
+    temperature: Tensor,
+    top_k: Tensor,
+    keys: Tensor,
+    counters: Tensor,
+    kv_num: Tensor | None,
+    kv_idx: Tensor | None,
+    p2l: Tensor | None,
+    meta: Tensor | None,
+    top_k_cap: int,
+    greedy_only: bool,
+) -> Tensor:
     """One decode step of ``B`` rows (see :class:`~.step_buffers.DecodeBatch`) and sampling.
 
     Returns:

@@ -2,7 +2,8 @@
 
 Two *lanes* share the device: the **action** lane (prefill + denoise, a high-priority CUDA stream)
 and the **decode** lane (the language batcher, a low-priority stream). The rules
-(docs/architecture.md, "Schedules"), each implemented here once and used by the serial and the concurrent schedule alike:
+(docs/architecture.md, "Schedules"), each implemented here once and used by the serial and the concurrent schedule
+alike:
 
 - **Start-up**: both streams ``wait_stream`` the default stream, which zero-filled the KV pool and
   loaded the weights (:meth:`DeviceStreams.wait_default`); otherwise the first prefill on the
@@ -31,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -43,7 +44,7 @@ class Lane:
     the current unit (``None`` when idle). Written by the lane's own thread only; read by others.
     """
 
-    def __init__(self, name: str, stream: "torch.cuda.Stream | None") -> None:
+    def __init__(self, name: str, stream: torch.cuda.Stream | None) -> None:
         self.name = name
         self.stream = stream
         self.started = 0
@@ -147,7 +148,7 @@ class DeviceStreams:
                 self.decode_stream.wait_event(after)
         return self._unit(self.decode_lane)
 
-    def event(self) -> "torch.cuda.Event | None":
+    def event(self) -> torch.cuda.Event | None:
         """An event recorded on the current stream (the lane's inside its ``with``); ``None`` on
         the CPU, where work is complete when the call returns."""
         if not self.cuda:
@@ -189,8 +190,11 @@ class DeviceStreams:
             ev_d.record(self.decode_stream)
             return (ev_a, ev_d)
         me = threading.get_ident()
-        marks = [(lane, lane.started) for lane in (self.action_lane, self.decode_lane)
-                 if lane.owner is not None and lane.owner != me and lane.finished < lane.started]
+        marks = [
+            (lane, lane.started)
+            for lane in (self.action_lane, self.decode_lane)
+            if lane.owner is not None and lane.owner != me and lane.finished < lane.started
+        ]
         return HostFence(marks) if marks else None
 
     @staticmethod

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -130,7 +131,7 @@ class BatcherLoop:
             raise box["error"]
         return box.get("result")
 
-    def paused(self) -> "_Pause":
+    def paused(self) -> _Pause:
         """Context: wait until every frame handed out is processed and no step runs; none starts inside."""
         return _Pause(self)
 
@@ -141,7 +142,8 @@ class BatcherLoop:
         if self._frames or self._stop:
             return True
         return self.policy == "continuous" and any(
-            r.status == RequestStatus.RUNNING for r in self.stage.scheduler.running)
+            r.status == RequestStatus.RUNNING for r in self.stage.scheduler.running
+        )
 
     def _run(self) -> None:
         if not self.stage.streams.cuda and self.threads > 0:

@@ -60,9 +60,16 @@ class ConcurrentEngine(Engine):
 
     schedule = "concurrent"
 
-    def __init__(self, policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                 prefix_wait_s: float = 30.0, max_pending: int = 4, rtc: RTCConfig | None = None,
-                 **handover: Any) -> None:
+    def __init__(
+        self,
+        policy: Pi05Policy,
+        cfg: EngineConfig | None = None,
+        intra_op_threads: int = 1,
+        prefix_wait_s: float = 30.0,
+        max_pending: int = 4,
+        rtc: RTCConfig | None = None,
+        **handover: Any,
+    ) -> None:
         super().__init__(policy, cfg, rtc, **handover)
         self.streams.host_sync = False  # results reach the host; stage times come from events
         self.streams.wait_default()  # everything the parts allocated on the default stream
@@ -125,8 +132,10 @@ class ConcurrentEngine(Engine):
                     self.prefix_waits += int(waited)
                     return table
             if time.perf_counter() > deadline:
-                raise PoolExhausted(f"no {need} free KV blocks for a frame prefix after {self.prefix_wait_s} s "
-                                    f"({blocks.num_free} free, {blocks.num_fenced} fenced of {blocks.num_blocks})")
+                raise PoolExhausted(
+                    f"no {need} free KV blocks for a frame prefix after {self.prefix_wait_s} s "
+                    f"({blocks.num_free} free, {blocks.num_fenced} fenced of {blocks.num_blocks})"
+                )
             waited = True
             self.batcher.wait_progress(0.002)
 
@@ -142,11 +151,18 @@ class ConcurrentEngine(Engine):
         with self.batcher.paused():
             pass
         out = self.batcher.take()
-        m = FrameMetrics(frame_id=self.frame_id, blocks_total=self.pool.blocks.num_blocks,
-                         tokens_emitted=out.tokens, decode=out.decode, decode_steps=out.decode_steps,
-                         decode_batch=out.decode_batch, blocks_in_use=self.pool.blocks.num_in_use)
-        return FrameResult(self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None,
-                           self._absorb(out))
+        m = FrameMetrics(
+            frame_id=self.frame_id,
+            blocks_total=self.pool.blocks.num_blocks,
+            tokens_emitted=out.tokens,
+            decode=out.decode,
+            decode_steps=out.decode_steps,
+            decode_batch=out.decode_batch,
+            blocks_in_use=self.pool.blocks.num_in_use,
+        )
+        return FrameResult(
+            self.frame_id, None, out.deltas, out.ended, m, None, out.plans[-1] if out.plans else None, self._absorb(out)
+        )
 
     def warmup(self, frames: int = 1, cameras: list[int] | None = None) -> float:
         """:meth:`Engine.warmup` through the serial step, with the batcher paused: the same stages

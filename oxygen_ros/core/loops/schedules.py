@@ -20,8 +20,13 @@ SerialEngine = Engine
 """The serial schedule: the engine's own :meth:`~oxygen_ros.core.engine.engine.Engine.step`."""
 
 
-def make_engine(policy: Pi05Policy, cfg: EngineConfig | None = None, intra_op_threads: int = 1,
-                rtc: RTCConfig | None = None, **handover: Any) -> Engine:
+def make_engine(
+    policy: Pi05Policy,
+    cfg: EngineConfig | None = None,
+    intra_op_threads: int = 1,
+    rtc: RTCConfig | None = None,
+    **handover: Any,
+) -> Engine:
     """The engine of ``cfg.schedule``: :class:`Engine` (serial) or :class:`ConcurrentEngine`.
 
     Args:

@@ -19,11 +19,13 @@ MIN_TORCH = (2, 6)
 def check_torch_version(version: str) -> None:
     """Raise ``ImportError`` when the torch ``version`` string (``'2.5.1+cu124'``) is older than
     :data:`MIN_TORCH`, naming where to get a newer one."""
-    m = re.match(r'(\d+)\.(\d+)', version)
+    m = re.match(r"(\d+)\.(\d+)", version)
     if m is None or (int(m[1]), int(m[2])) < MIN_TORCH:
-        need = '.'.join(map(str, MIN_TORCH))
-        raise ImportError(f'oxygen_ros needs torch >= {need}, this environment has torch {version}: install a newer '
-                          'build (requirements.txt pins it; on Jetson see docs/jetson.md for the JetPack index)')
+        need = ".".join(map(str, MIN_TORCH))
+        raise ImportError(
+            f"oxygen_ros needs torch >= {need}, this environment has torch {version}: install a newer "
+            "build (requirements.txt pins it; on Jetson see docs/jetson.md for the JetPack index)"
+        )
 
 
 def _check_installed() -> None:

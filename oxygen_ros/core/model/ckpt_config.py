@@ -50,10 +50,18 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "vision.layer_norm_eps": (1e-12, 0.1, 1e-6),
 }
 for _stack, _width, _mlp in (("vlm", 2048, 16384), ("expert", 1024, 4096)):
-    BOUNDS.update({f"{_stack}.width": (1, 16384, _width), f"{_stack}.depth": (1, 256, 18),
-                   f"{_stack}.mlp_dim": (1, 131072, _mlp), f"{_stack}.num_heads": (1, 256, 8),
-                   f"{_stack}.num_kv_heads": (1, 256, 1), f"{_stack}.head_dim": (2, 1024, 256),
-                   f"{_stack}.rope_theta": (1.0, 1e9, 1e4), f"{_stack}.rms_norm_eps": (1e-12, 0.1, 1e-6)})
+    BOUNDS.update(
+        {
+            f"{_stack}.width": (1, 16384, _width),
+            f"{_stack}.depth": (1, 256, 18),
+            f"{_stack}.mlp_dim": (1, 131072, _mlp),
+            f"{_stack}.num_heads": (1, 256, 8),
+            f"{_stack}.num_kv_heads": (1, 256, 1),
+            f"{_stack}.head_dim": (2, 1024, 256),
+            f"{_stack}.rope_theta": (1.0, 1e9, 1e4),
+            f"{_stack}.rms_norm_eps": (1e-12, 0.1, 1e-6),
+        }
+    )
 #: At most this many image tokens per camera slot ((image_size / patch_size)², π0.5: 256), and slots.
 MAX_IMAGE_TOKENS, MAX_IMAGE_SLOTS = 4096, 16
 
@@ -62,8 +70,7 @@ def _bound(path: str, value: Any) -> str | None:
     """Why ``value`` is not allowed for the model setting ``path`` (``BOUNDS``), or None."""
     lo, hi, ref = BOUNDS[path]
     is_int = isinstance(lo, int)
-    ok = isinstance(value, (int,) if is_int else (int, float)) and not isinstance(value, bool) \
-        and lo <= value <= hi
+    ok = isinstance(value, (int,) if is_int else (int, float)) and not isinstance(value, bool) and lo <= value <= hi
     if ok:
         return None
     if is_int:
@@ -86,9 +93,11 @@ def check_bounds(cfg: ModelConfig, src: str) -> None:
             raise CheckpointError(f"{src}: {path}={short(value)} is out of range: {why}")
     v = cfg.vision
     if (v.image_size // v.patch_size) ** 2 > MAX_IMAGE_TOKENS or not 1 <= len(cfg.image_slots) <= MAX_IMAGE_SLOTS:
-        raise CheckpointError(f"{src}: vision.image_size={v.image_size} / patch_size={v.patch_size} with "
-                              f"{len(cfg.image_slots)} image_slots is out of range: at most {MAX_IMAGE_TOKENS} "
-                              f"image tokens per slot and {MAX_IMAGE_SLOTS} slots (π0.5: 256 tokens, 3 slots)")
+        raise CheckpointError(
+            f"{src}: vision.image_size={v.image_size} / patch_size={v.patch_size} with "
+            f"{len(cfg.image_slots)} image_slots is out of range: at most {MAX_IMAGE_TOKENS} "
+            f"image tokens per slot and {MAX_IMAGE_SLOTS} slots (π0.5: 256 tokens, 3 slots)"
+        )
 
 
 def check_types(over: dict[str, Any], like: dict[str, Any], where: str) -> None:
@@ -117,12 +126,20 @@ class _UnknownVariant(CheckpointError):
 
 
 #: config.json key -> (ModelConfig field, JSON kind) of each layout.
-_OPENPI_FIELDS = {"action_dim": ("action_dim", "int"), "action_horizon": ("action_horizon", "int"),
-                  "max_token_len": ("max_token_len", "int"), "discrete_state_input": ("discrete_state_input", "bool")}
-_LEROBOT_FIELDS = {"max_action_dim": ("action_dim", "int"), "chunk_size": ("action_horizon", "int"),
-                   "num_inference_steps": ("num_denoise_steps", "int"),
-                   "tokenizer_max_length": ("max_token_len", "int"), "min_period": ("time_min_period", "number"),
-                   "max_period": ("time_max_period", "number")}
+_OPENPI_FIELDS = {
+    "action_dim": ("action_dim", "int"),
+    "action_horizon": ("action_horizon", "int"),
+    "max_token_len": ("max_token_len", "int"),
+    "discrete_state_input": ("discrete_state_input", "bool"),
+}
+_LEROBOT_FIELDS = {
+    "max_action_dim": ("action_dim", "int"),
+    "chunk_size": ("action_horizon", "int"),
+    "num_inference_steps": ("num_denoise_steps", "int"),
+    "tokenizer_max_length": ("max_token_len", "int"),
+    "min_period": ("time_min_period", "number"),
+    "max_period": ("time_max_period", "number"),
+}
 
 
 def _fields(d: dict[str, Any], table: dict[str, tuple[str, str]], src: str) -> dict[str, Any]:
@@ -144,13 +161,16 @@ def _from_variants(d: dict[str, Any], src: str, fields: dict[str, Any]) -> Model
     for key in ("paligemma_variant", "action_expert_variant"):
         names[key] = json_field(d, key, "str", src, "gemma_2b" if key == "paligemma_variant" else "gemma_300m")
         if names[key] not in VARIANTS:
-            raise _UnknownVariant(f"{src}: {key}={names[key]!r} is not supported (known: {sorted(VARIANTS)}); "
-                                  f"write {OXYGEN_CONFIG} for other architectures")
+            raise _UnknownVariant(
+                f"{src}: {key}={names[key]!r} is not supported (known: {sorted(VARIANTS)}); "
+                f"write {OXYGEN_CONFIG} for other architectures"
+            )
     vlm, expert = names["paligemma_variant"], names["action_expert_variant"]
     name = "pi05" if (vlm, expert) == ("gemma_2b", "gemma_300m") else f"pi05[{vlm}+{expert}]"
     try:
-        return dataclasses.replace(get_preset("pi05"), name=name, vlm=VARIANTS[vlm], expert=VARIANTS[expert],
-                                   **fields).validate()
+        return dataclasses.replace(
+            get_preset("pi05"), name=name, vlm=VARIANTS[vlm], expert=VARIANTS[expert], **fields
+        ).validate()
     except (ConfigError, TypeError) as e:
         raise CheckpointError(f"{src}: {e}") from e
 
@@ -202,8 +222,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any], where: str) -> dict[str, 
     return out
 
 
-def resolve_config(folder: Path, layout: str, shapes: dict[str, tuple[int, ...]] | None = None
-                   ) -> tuple[ModelConfig, str, dict[str, Any], list[str]]:
+def resolve_config(
+    folder: Path, layout: str, shapes: dict[str, tuple[int, ...]] | None = None
+) -> tuple[ModelConfig, str, dict[str, Any], list[str]]:
     """The model config of a checkpoint folder.
 
     1. ``config.json`` of the layout (openpi or LeRobot ``PI05Config``) gives the architecture
@@ -267,12 +288,16 @@ def resolve_config(folder: Path, layout: str, shapes: dict[str, tuple[int, ...]]
         check_bounds(cfg, str(ox))
     if unresolved:
         names = ", ".join(unresolved)
-        example = "{\"vision\": {\"num_heads\": N}}" if unresolved[0] == "vision.num_heads" else \
-            "{\"vlm\": {\"num_heads\": N, \"head_dim\": D}}"
+        example = (
+            '{"vision": {"num_heads": N}}'
+            if unresolved[0] == "vision.num_heads"
+            else '{"vlm": {"num_heads": N, "head_dim": D}}'
+        )
         raise CheckpointError(
             f"{folder}: the tensors do not have the sizes of the variants config.json names, and {names} "
             f"cannot be read from tensor shapes; add it to {folder / OXYGEN_CONFIG}, e.g. {example} "
-            f"(a partial {OXYGEN_CONFIG} overrides the derived config field by field)")
+            f"(a partial {OXYGEN_CONFIG} overrides the derived config field by field)"
+        )
     derived = diff_configs(base, cfg)
     if derived:
         cfg = dataclasses.replace(cfg, name=f"{base.name}[{folder.name}]")
@@ -296,26 +321,55 @@ def _variant_name(g: GemmaConfig, fallback: str) -> str:
 
 def openpi_config_json(cfg: ModelConfig, precision: str) -> dict[str, Any]:
     """openpi-style ``config.json`` (non-standard sizes get ``oxygen:<name>`` variant names)."""
-    return {"action_dim": cfg.action_dim, "action_horizon": cfg.action_horizon,
-            "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
-            "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
-            "precision": precision, "max_token_len": cfg.max_token_len, "pi05": True}
+    return {
+        "action_dim": cfg.action_dim,
+        "action_horizon": cfg.action_horizon,
+        "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
+        "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
+        "precision": precision,
+        "max_token_len": cfg.max_token_len,
+        "pi05": True,
+    }
 
 
 def lerobot_config_json(cfg: ModelConfig, stats: dict[str, NormStats], precision: str) -> dict[str, Any]:
     """LeRobot ``PI05Config``-style ``config.json`` (fields of ``configuration_pi05.py``)."""
     inputs, outputs = lerobot_features(cfg, stats)
-    return {"type": "pi05", "n_obs_steps": 1, "input_features": inputs, "output_features": outputs,
-            "device": None, "use_amp": False, "push_to_hub": False,
-            "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
-            "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
-            "dtype": precision, "chunk_size": cfg.action_horizon, "n_action_steps": cfg.action_horizon,
-            "max_state_dim": 32, "max_action_dim": cfg.action_dim, "num_inference_steps": cfg.num_denoise_steps,
-            "min_period": cfg.time_min_period, "max_period": cfg.time_max_period,
-            "image_resolution": [cfg.vision.image_size] * 2, "empty_cameras": 0,
-            "tokenizer_max_length": cfg.max_token_len,
-            "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}}
+    return {
+        "type": "pi05",
+        "n_obs_steps": 1,
+        "input_features": inputs,
+        "output_features": outputs,
+        "device": None,
+        "use_amp": False,
+        "push_to_hub": False,
+        "paligemma_variant": _variant_name(cfg.vlm, f"oxygen:{cfg.name}"),
+        "action_expert_variant": _variant_name(cfg.expert, f"oxygen:{cfg.name}"),
+        "dtype": precision,
+        "chunk_size": cfg.action_horizon,
+        "n_action_steps": cfg.action_horizon,
+        "max_state_dim": 32,
+        "max_action_dim": cfg.action_dim,
+        "num_inference_steps": cfg.num_denoise_steps,
+        "min_period": cfg.time_min_period,
+        "max_period": cfg.time_max_period,
+        "image_resolution": [cfg.vision.image_size] * 2,
+        "empty_cameras": 0,
+        "tokenizer_max_length": cfg.max_token_len,
+        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"},
+    }
 
 
-__all__ = ["VARIANTS", "BOUNDS", "MAX_IMAGE_TOKENS", "MAX_IMAGE_SLOTS", "check_bounds", "check_types",
-           "config_from_openpi", "config_from_lerobot", "resolve_config", "openpi_config_json", "lerobot_config_json"]
+__all__ = [
+    "VARIANTS",
+    "BOUNDS",
+    "MAX_IMAGE_TOKENS",
+    "MAX_IMAGE_SLOTS",
+    "check_bounds",
+    "check_types",
+    "config_from_openpi",
+    "config_from_lerobot",
+    "resolve_config",
+    "openpi_config_json",
+    "lerobot_config_json",
+]

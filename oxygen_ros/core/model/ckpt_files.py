@@ -70,10 +70,14 @@ def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
     if str(path_or_preset) in PRESETS:
         return None
     if p.exists():
-        raise CheckpointError(f"model {str(path_or_preset)!r} is a file, not a checkpoint folder (pass the folder "
-                              f"holding model.safetensors and config.json)")
-    raise CheckpointError(f"model {str(path_or_preset)!r}: checkpoint folder {p.resolve()} does not exist "
-                          f"(and it is not a model preset: {sorted(PRESETS)})")
+        raise CheckpointError(
+            f"model {str(path_or_preset)!r} is a file, not a checkpoint folder (pass the folder "
+            f"holding model.safetensors and config.json)"
+        )
+    raise CheckpointError(
+        f"model {str(path_or_preset)!r}: checkpoint folder {p.resolve()} does not exist "
+        f"(and it is not a model preset: {sorted(PRESETS)})"
+    )
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -85,12 +89,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def lerobot_features(cfg: ModelConfig, stats: dict[str, NormStats]) -> tuple[dict[str, Any], dict[str, Any]]:
     """LeRobot ``input_features`` / ``output_features`` of a π0.5 config with these stats."""
     s = cfg.vision.image_size
-    inputs: dict[str, Any] = {f"observation.images.{k}": {"type": "VISUAL", "shape": [3, s, s]}
-                              for k in cfg.image_slots}
+    inputs: dict[str, Any] = {
+        f"observation.images.{k}": {"type": "VISUAL", "shape": [3, s, s]} for k in cfg.image_slots
+    }
     inputs["observation.state"] = {"type": "STATE", "shape": [stats["state"].dim if "state" in stats else 32]}
     adim = stats["actions"].dim if "actions" in stats else cfg.action_dim
     return inputs, {"action": {"type": "ACTION", "shape": [adim]}}
-
 
 
 # ------------------------------------------------------------------------------------ norm stats
@@ -126,8 +130,9 @@ def _json_stats(entry: Any, where: str) -> NormStats:
 
 def _find_norm_stats(assets: Path) -> list[Path]:
     """Every ``norm_stats.json`` under ``assets``, symlinked folders not followed."""
-    return sorted(Path(root) / "norm_stats.json" for root, _dirs, files in os.walk(assets)
-                  if "norm_stats.json" in files)
+    return sorted(
+        Path(root) / "norm_stats.json" for root, _dirs, files in os.walk(assets) if "norm_stats.json" in files
+    )
 
 
 def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[str, NormStats], str | None]:
@@ -166,8 +171,9 @@ def read_openpi_stats(folder: Path, asset_id: str | None = None) -> tuple[dict[s
 
 def write_openpi_stats(folder: Path, stats: dict[str, NormStats], asset_id: str) -> None:
     """Write ``assets/<asset_id>/norm_stats.json`` (openpi format)."""
-    write_json(folder / "assets" / asset_id / "norm_stats.json",
-               {"norm_stats": {k: v.to_dict() for k, v in stats.items()}})
+    write_json(
+        folder / "assets" / asset_id / "norm_stats.json", {"norm_stats": {k: v.to_dict() for k, v in stats.items()}}
+    )
 
 
 def pipeline_steps(path: Path) -> list[dict[str, Any]]:
@@ -222,16 +228,21 @@ def _read_stats_file(path: Path | None) -> dict[str, torch.Tensor]:
             sl = f.get_slice(k)
             dtype, shape = sl.get_dtype(), list(sl.get_shape())
             if dtype not in FLOAT_DTYPES or len(shape) != 1 or not 1 <= shape[0] <= MAX_STATS_DIM:
-                raise CheckpointError(f"{path}: {k} is {dtype} {shape}; norm stats are 1-D floating-point "
-                                      f"vectors ({', '.join(FLOAT_DTYPES)}) of 1 to {MAX_STATS_DIM} values")
+                raise CheckpointError(
+                    f"{path}: {k} is {dtype} {shape}; norm stats are 1-D floating-point "
+                    f"vectors ({', '.join(FLOAT_DTYPES)}) of 1 to {MAX_STATS_DIM} values"
+                )
             out[k] = f.get_tensor(k)
     return out
 
 
 def _group(flat: dict[str, torch.Tensor], feature: str) -> dict[str, list[float]]:
     pre = feature + "."
-    return {k[len(pre):]: flat[k].float().reshape(-1).tolist() for k in flat
-            if k.startswith(pre) and "." not in k[len(pre):]}
+    return {
+        k[len(pre) :]: flat[k].float().reshape(-1).tolist()
+        for k in flat
+        if k.startswith(pre) and "." not in k[len(pre) :]
+    }
 
 
 def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, Any]]:
@@ -253,8 +264,11 @@ def read_lerobot_stats(folder: Path) -> tuple[dict[str, NormStats], dict[str, An
     post_path, post_cfg = _step_file(folder, POST_JSON, "unnormalizer_processor", POST_STATS)
     pre, post = _read_stats_file(pre_path), _read_stats_file(post_path)
     out: dict[str, NormStats] = {}
-    info: dict[str, Any] = {"norm_map": pre_cfg.get("norm_map") or post_cfg.get("norm_map"),
-                            "state_file": None, "action_file": None}
+    info: dict[str, Any] = {
+        "norm_map": pre_cfg.get("norm_map") or post_cfg.get("norm_map"),
+        "state_file": None,
+        "action_file": None,
+    }
     state = _group(pre, _LEROBOT_NAMES["state"])
     if state:
         out["state"] = _stats(state, f"{pre_path} [observation.state]")
@@ -282,9 +296,11 @@ def action_convention_files(folder: Path) -> tuple[dict[str, Any], list[dict[str
     raw = read_json(cj) if cj.is_file() else {}
     steps = pipeline_steps(pj) if pj.is_file() else []
     checks = [(raw, str(cj), "use_relative_actions", "relative_exclude_joints", "action_feature_names")]
-    checks += [(s.get("config", {}), f"{pj} steps[{i}].config", "enabled", "exclude_joints", "action_names")
-               for i, s in enumerate(steps)
-               if s.get("registry_name") in ("relative_actions_processor", "delta_actions_processor")]
+    checks += [
+        (s.get("config", {}), f"{pj} steps[{i}].config", "enabled", "exclude_joints", "action_names")
+        for i, s in enumerate(steps)
+        if s.get("registry_name") in ("relative_actions_processor", "delta_actions_processor")
+    ]
     for d, where, flag, *lists in checks:
         json_field(d, flag, "bool", where)
         for key in lists:
@@ -293,8 +309,13 @@ def action_convention_files(folder: Path) -> tuple[dict[str, Any], list[dict[str
     return raw, steps
 
 
-def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
-                       norm_info: dict[str, Any] | None = None, asset_id: str | None = None) -> None:
+def require_norm_stats(
+    stats: dict[str, NormStats],
+    folder: Path,
+    layout: str,
+    norm_info: dict[str, Any] | None = None,
+    asset_id: str | None = None,
+) -> None:
     """Raise unless ``stats`` has both ``state`` and ``actions`` (what a policy needs).
 
     Raises:
@@ -306,15 +327,21 @@ def require_norm_stats(stats: dict[str, NormStats], folder: Path, layout: str,
     if not missing:
         return
     if layout == "openpi":
-        where = f"{folder / 'assets' / (asset_id or '<asset_id>') / 'norm_stats.json'} with entries 'state' and 'actions'"
+        where = (
+            f"{folder / 'assets' / (asset_id or '<asset_id>') / 'norm_stats.json'} with entries 'state' and 'actions'"
+        )
     else:
         info = norm_info or {}
         pre = info.get("state_file") or "policy_preprocessor_step_<i>_normalizer_processor.safetensors"
         post = info.get("action_file") or POST_STATS
-        where = (f"{folder / PRE_JSON} naming a normalizer_processor state file ({folder / pre}) with "
-                 f"observation.state.q01/q99, and {folder / post} (or the preprocessor file) with action.q01/q99")
-    raise CheckpointError(f"{folder}: no normalisation statistics for {' and '.join(missing)}; expected {where}. "
-                          f"Compute them from your robot's bags with `norm_stats` (docs/checkpoint.md: 'Norm stats from your bags')")
+        where = (
+            f"{folder / PRE_JSON} naming a normalizer_processor state file ({folder / pre}) with "
+            f"observation.state.q01/q99, and {folder / post} (or the preprocessor file) with action.q01/q99"
+        )
+    raise CheckpointError(
+        f"{folder}: no normalisation statistics for {' and '.join(missing)}; expected {where}. "
+        f"Compute them from your robot's bags with `norm_stats` (docs/checkpoint.md: 'Norm stats from your bags')"
+    )
 
 
 def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelConfig) -> None:
@@ -326,8 +353,11 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
     unknown = sorted(set(stats) - set(_LEROBOT_NAMES))
     if unknown:
         raise ValueError(f"LeRobot layout stores only 'state' and 'actions' stats, got also {unknown}")
-    flat = {f"{_LEROBOT_NAMES[n]}.{s}": torch.from_numpy(np.asarray(getattr(v, s), dtype=np.float32).copy())
-            for n, v in stats.items() for s in _STATS}
+    flat = {
+        f"{_LEROBOT_NAMES[n]}.{s}": torch.from_numpy(np.asarray(getattr(v, s), dtype=np.float32).copy())
+        for n, v in stats.items()
+        for s in _STATS
+    }
     inputs, outputs = lerobot_features(cfg, stats)
     norm_map = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
     norm = {"eps": 1e-8, "features": {**inputs, **outputs}, "norm_map": norm_map}
@@ -335,16 +365,25 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
         {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
         {"registry_name": "to_batch_processor", "config": {}},
         {"registry_name": "normalizer_processor", "config": norm},
-        {"registry_name": "pi05_prepare_state_tokenizer_processor_step",
-         "config": {"max_state_dim": 32, "task_key": "task"}},
-        {"registry_name": "tokenizer_processor",
-         "config": {"tokenizer_name": "google/paligemma-3b-pt-224", "max_length": cfg.max_token_len,
-                    "task_key": "task", "padding_side": "right", "padding": "max_length", "truncation": True}},
+        {
+            "registry_name": "pi05_prepare_state_tokenizer_processor_step",
+            "config": {"max_state_dim": 32, "task_key": "task"},
+        },
+        {
+            "registry_name": "tokenizer_processor",
+            "config": {
+                "tokenizer_name": "google/paligemma-3b-pt-224",
+                "max_length": cfg.max_token_len,
+                "task_key": "task",
+                "padding_side": "right",
+                "padding": "max_length",
+                "truncation": True,
+            },
+        },
         {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
     ]
     post_steps: list[dict[str, Any]] = [
-        {"registry_name": "unnormalizer_processor",
-         "config": {"eps": 1e-8, "features": outputs, "norm_map": norm_map}},
+        {"registry_name": "unnormalizer_processor", "config": {"eps": 1e-8, "features": outputs, "norm_map": norm_map}},
         {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
     ]
     if flat:
@@ -358,7 +397,26 @@ def write_lerobot_stats(folder: Path, stats: dict[str, NormStats], cfg: ModelCon
     write_json(folder / POST_JSON, {"name": "policy_postprocessor", "steps": post_steps})
 
 
-__all__ = ["checkpoint_folder", "OXYGEN_CONFIG", "WEIGHTS", "INDEX", "PRE_JSON", "POST_JSON", "PRE_STATS", "POST_STATS",
-           "MAX_STATS_DIM", "FLOAT_DTYPES", "inside", "read_json", "write_json", "pipeline_steps", "action_convention_files",
-           "lerobot_features", "read_openpi_stats", "write_openpi_stats", "read_lerobot_stats", "write_lerobot_stats",
-           "require_norm_stats"]
+__all__ = [
+    "checkpoint_folder",
+    "OXYGEN_CONFIG",
+    "WEIGHTS",
+    "INDEX",
+    "PRE_JSON",
+    "POST_JSON",
+    "PRE_STATS",
+    "POST_STATS",
+    "MAX_STATS_DIM",
+    "FLOAT_DTYPES",
+    "inside",
+    "read_json",
+    "write_json",
+    "pipeline_steps",
+    "action_convention_files",
+    "lerobot_features",
+    "read_openpi_stats",
+    "write_openpi_stats",
+    "read_lerobot_stats",
+    "write_lerobot_stats",
+    "require_norm_stats",
+]

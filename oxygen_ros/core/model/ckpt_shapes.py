@@ -109,9 +109,11 @@ def check_dtypes(keys: list[str], dtypes: dict[str, str], index: dict[str, Path]
     bad = [k for k in keys if dtypes[k] not in FLOAT_DTYPES]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise CheckpointError(f"{index[bad[0]]}: tensor {bad[0]} has dtype {dtypes[bad[0]]}{more}; weights must be "
-                              f"floating point ({', '.join(FLOAT_DTYPES)}): integer, boolean and float8 tensors are "
-                              "refused, not cast (a quantized checkpoint needs scales this loader does not read)")
+        raise CheckpointError(
+            f"{index[bad[0]]}: tensor {bad[0]} has dtype {dtypes[bad[0]]}{more}; weights must be "
+            f"floating point ({', '.join(FLOAT_DTYPES)}): integer, boolean and float8 tensors are "
+            "refused, not cast (a quantized checkpoint needs scales this loader does not read)"
+        )
 
 
 def _finite(t: torch.Tensor) -> bool:
@@ -155,10 +157,12 @@ def read_finite(f: Any, path: Path, key: str, device: torch.device, dtype: torch
 
 def _strip(shapes: dict[str, tuple[int, ...]], layout: str) -> dict[str, tuple[int, ...]]:
     pre = layout_prefix(layout)
-    out = {k[len(pre):]: v for k, v in shapes.items() if k.startswith(pre)}
+    out = {k[len(pre) :]: v for k, v in shapes.items() if k.startswith(pre)}
     # keys without the vision_model. level are accepted by the loader: normalise them here
-    return {(_VISION + k[len(VISION_CKPT):] if k.startswith(VISION_CKPT) and not k.startswith(_VISION) else k): v
-            for k, v in out.items()}
+    return {
+        (_VISION + k[len(VISION_CKPT) :] if k.startswith(VISION_CKPT) and not k.startswith(_VISION) else k): v
+        for k, v in out.items()
+    }
 
 
 def _depth(shapes: dict[str, tuple[int, ...]], prefix: str) -> int | None:
@@ -167,8 +171,14 @@ def _depth(shapes: dict[str, tuple[int, ...]], prefix: str) -> int | None:
     return max(idx) + 1 if idx else None
 
 
-def _gemma(shapes: dict[str, tuple[int, ...]], prefix: str, base: GemmaConfig, width: int | None,
-           owner: str, unresolved: list[str]) -> GemmaConfig:
+def _gemma(
+    shapes: dict[str, tuple[int, ...]],
+    prefix: str,
+    base: GemmaConfig,
+    width: int | None,
+    owner: str,
+    unresolved: list[str],
+) -> GemmaConfig:
     changes: dict[str, Any] = {}
     depth = _depth(shapes, prefix + "layers.")
     if depth is not None:
@@ -181,12 +191,16 @@ def _gemma(shapes: dict[str, tuple[int, ...]], prefix: str, base: GemmaConfig, w
         changes["width"] = width
     q = shapes.get(prefix + "layers.0.self_attn.q_proj.weight")
     k = shapes.get(prefix + "layers.0.self_attn.k_proj.weight")
-    if q is not None and k is not None and (q[0], k[0]) != (base.num_heads * base.head_dim,
-                                                            base.num_kv_heads * base.head_dim):
+    if (
+        q is not None
+        and k is not None
+        and (q[0], k[0]) != (base.num_heads * base.head_dim, base.num_kv_heads * base.head_dim)
+    ):
         kv = base.num_kv_heads
         if k[0] % kv or q[0] % (k[0] // kv):
-            unresolved.append(f"{owner}.num_heads/{owner}.num_kv_heads/{owner}.head_dim "
-                              f"(q_proj {list(q)}, k_proj {list(k)})")
+            unresolved.append(
+                f"{owner}.num_heads/{owner}.num_kv_heads/{owner}.head_dim (q_proj {list(q)}, k_proj {list(k)})"
+            )
         else:
             changes["head_dim"] = k[0] // kv
             changes["num_heads"] = q[0] // changes["head_dim"]
@@ -214,8 +228,9 @@ def _vision(shapes: dict[str, tuple[int, ...]], base: VisionConfig, unresolved: 
     return dataclasses.replace(base, **changes)
 
 
-def config_from_shapes(base: ModelConfig, shapes: dict[str, tuple[int, ...]], layout: str
-                       ) -> tuple[ModelConfig, list[str], list[str]]:
+def config_from_shapes(
+    base: ModelConfig, shapes: dict[str, tuple[int, ...]], layout: str
+) -> tuple[ModelConfig, list[str], list[str]]:
     """``base`` with every dimension the checkpoint's tensor shapes determine replaced by them.
 
     Args:
@@ -240,7 +255,8 @@ def config_from_shapes(base: ModelConfig, shapes: dict[str, tuple[int, ...]], la
         action_dim=action_dim if action_dim is not None else base.action_dim,
         vlm=_gemma(s, _VLM, base.vlm, vlm_width, "vlm", unresolved),
         expert=_gemma(s, _EXPERT, base.expert, ex_width, "expert", unresolved),
-        vision=_vision(s, base.vision, unresolved))
+        vision=_vision(s, base.vision, unresolved),
+    )
     return cfg, diff_configs(base, cfg), unresolved
 
 

@@ -8,7 +8,7 @@ t = 0, the time accumulated in float32 exactly as openpi does.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -20,7 +20,6 @@ from .kv import AttentionView
 from .layers import AdaRMSNorm, MoTLayer, PlainNorm, gated_residual, make_rotary
 
 
-
 class GemmaStack(nn.Module):
     """One expert: optional token embedding, ``depth`` :class:`MoTLayer` and the final norm.
 
@@ -33,8 +32,11 @@ class GemmaStack(nn.Module):
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(vocab_size, cfg.width) if vocab_size else None
         self.layers = nn.ModuleList(MoTLayer(cfg, cond_dim) for _ in range(cfg.depth))
-        self.norm: nn.Module = (PlainNorm(cfg.width, eps=cfg.rms_norm_eps) if cond_dim is None
-                                else AdaRMSNorm(cfg.width, cond_dim, eps=cfg.rms_norm_eps))
+        self.norm: nn.Module = (
+            PlainNorm(cfg.width, eps=cfg.rms_norm_eps)
+            if cond_dim is None
+            else AdaRMSNorm(cfg.width, cond_dim, eps=cfg.rms_norm_eps)
+        )
 
     def embed(self, token_ids: Tensor) -> Tensor:
         """Token ids ``[B, T]`` → embeddings ``[B, T, width]`` scaled by ``sqrt(width)`` (Gemma)."""
@@ -49,10 +51,11 @@ class MoTRunner(nn.Module):
     def __init__(self, cfg: GemmaConfig) -> None:
         super().__init__()
         self.rotary = make_rotary(cfg)
-        self.scaling = cfg.head_dim ** -0.5
+        self.scaling = cfg.head_dim**-0.5
 
-    def forward(self, stacks: list[GemmaStack], hiddens: list[Tensor], conds: list[Tensor | None],
-                view: AttentionView) -> list[Tensor]:
+    def forward(
+        self, stacks: list[GemmaStack], hiddens: list[Tensor], conds: list[Tensor | None], view: AttentionView
+    ) -> list[Tensor]:
         """Joint forward.
 
         Args:
@@ -83,7 +86,7 @@ class MoTRunner(nn.Module):
             start = 0
             for stack, c, g, h0, n_tok in zip(stacks, conds, gates, resid, lens):
                 layer = stack.layers[li]
-                a = out[:, start:start + n_tok].to(layer.self_attn.o_proj.weight.dtype)
+                a = out[:, start : start + n_tok].to(layer.self_attn.o_proj.weight.dtype)
                 start += n_tok
                 h = gated_residual(h0, layer.self_attn.o_proj(a), g)
                 n, g2 = layer.post_attention_layernorm(h, c)

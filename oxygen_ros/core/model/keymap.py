@@ -78,13 +78,13 @@ def own_to_ckpt(own_key: str, layout: str = "openpi") -> str:
     """
     pre = layout_prefix(layout)
     if own_key.startswith("vision.tower."):
-        rest = own_key[len("vision.tower."):]
+        rest = own_key[len("vision.tower.") :]
         if not rest.startswith(VISION_LEVEL):
             rest = VISION_LEVEL + rest
         return pre + VISION_CKPT + rest
     for own_pre, ck_pre in _PREFIXES:
         if own_key.startswith(own_pre):
-            return pre + ck_pre + own_key[len(own_pre):]
+            return pre + ck_pre + own_key[len(own_pre) :]
     raise KeyError(f"no checkpoint name for own parameter {own_key!r}")
 
 
@@ -103,15 +103,15 @@ def ckpt_to_own(ckpt_key: str, layout: str, own_vision_level: bool) -> str | Non
     pre = layout_prefix(layout)
     if not ckpt_key.startswith(pre):
         return None
-    key = ckpt_key[len(pre):]
+    key = ckpt_key[len(pre) :]
     if key.startswith(VISION_CKPT):
-        rest = key[len(VISION_CKPT):]
+        rest = key[len(VISION_CKPT) :]
         if rest.startswith(VISION_LEVEL):
-            rest = rest[len(VISION_LEVEL):]
+            rest = rest[len(VISION_LEVEL) :]
         return "vision.tower." + (VISION_LEVEL if own_vision_level else "") + rest
     for own_pre, ck_pre in _PREFIXES:
         if key.startswith(ck_pre):
-            return own_pre + key[len(ck_pre):]
+            return own_pre + key[len(ck_pre) :]
     return None
 
 
@@ -145,8 +145,9 @@ def detect_layout(ckpt_keys: list[str] | set[str]) -> str:
         return "openpi"
     sample = sorted(ckpt_keys)[:5]
     why = "mixes both prefixes" if lerobot else "has neither prefix"
-    raise CheckpointError(f"weights are neither openpi ('{_P}…') nor LeRobot ('model.{_P}…') "
-                          f"layout: the file {why}; first keys: {sample}")
+    raise CheckpointError(
+        f"weights are neither openpi ('{_P}…') nor LeRobot ('model.{_P}…') layout: the file {why}; first keys: {sample}"
+    )
 
 
 #: Substrings of own parameter names kept in float32 when the rest is reduced precision: the
@@ -163,7 +164,22 @@ def keep_fp32(own_key: str) -> bool:
     return any(p in own_key for p in FP32_PARAM_PATTERNS + SIGLIP_FP32_PATTERNS)
 
 
-__all__ = ["Layout", "LAYOUTS", "CheckpointError", "LM_HEAD_KEY", "EMBED_KEY", "EXPERT_LM_HEAD_KEY",
-           "OWN_EMBED_KEY", "layout_prefix", "own_to_ckpt", "ckpt_to_own", "has_vision_level",
-           "is_tied_head", "is_skipped", "detect_layout", "FP32_PARAM_PATTERNS", "SIGLIP_FP32_PATTERNS",
-           "keep_fp32"]
+__all__ = [
+    "Layout",
+    "LAYOUTS",
+    "CheckpointError",
+    "LM_HEAD_KEY",
+    "EMBED_KEY",
+    "EXPERT_LM_HEAD_KEY",
+    "OWN_EMBED_KEY",
+    "layout_prefix",
+    "own_to_ckpt",
+    "ckpt_to_own",
+    "has_vision_level",
+    "is_tied_head",
+    "is_skipped",
+    "detect_layout",
+    "FP32_PARAM_PATTERNS",
+    "SIGLIP_FP32_PATTERNS",
+    "keep_fp32",
+]

@@ -15,7 +15,8 @@ only, as in openpi (``cumsum(mask) - 1``).
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -83,8 +84,13 @@ class ViewBase:
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         k_all, v_all = self.attend_kv(layer, k, v)
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k_all.transpose(1, 2), v_all.transpose(1, 2),
-            attn_mask=self.additive_mask(q.dtype), scale=scale, enable_gqa=True)
+            q.transpose(1, 2),
+            k_all.transpose(1, 2),
+            v_all.transpose(1, 2),
+            attn_mask=self.additive_mask(q.dtype),
+            scale=scale,
+            enable_gqa=True,
+        )
         return out.transpose(1, 2)
 
 
@@ -107,8 +113,9 @@ def prefix_positions(valid: Tensor) -> Tensor:
 class _WriteView(ViewBase):
     """Writes the valid new tokens at ``positions`` of a dense buffer, returns the buffer prefix."""
 
-    def __init__(self, cache: "DenseKVCache", valid: Tensor, positions: Tensor, allowed: Tensor,
-                 read_len: int, return_new: bool) -> None:
+    def __init__(
+        self, cache: DenseKVCache, valid: Tensor, positions: Tensor, allowed: Tensor, read_len: int, return_new: bool
+    ) -> None:
         self.cache = cache
         self.positions = positions
         self.allowed = allowed
@@ -147,11 +154,11 @@ class DenoiseView(ViewBase):
         self.allowed = keys[:, None, :].expand(b, horizon, total) if padded else None
 
     def attend_kv(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self._k[layer, :, self._p:] = k
-        self._v[layer, :, self._p:] = v
+        self._k[layer, :, self._p :] = k
+        self._v[layer, :, self._p :] = v
         return self._k[layer], self._v[layer]
 
-    def for_grad(self) -> "DenoiseView":
+    def for_grad(self) -> DenoiseView:
         """A copy that autograd can differentiate through (RTC's vector–Jacobian form): normal
         tensors even when this view was built under ``inference_mode``, and the step's K/V
         concatenated to the prefix instead of written into the shared scratch in place."""
@@ -170,8 +177,9 @@ class _GradDenoiseView(DenoiseView):
         return torch.cat([self._k[layer], k], dim=1), torch.cat([self._v[layer], v], dim=1)
 
 
-def denoise_scratch(prefix_k: list[Tensor] | Tensor, prefix_v: list[Tensor] | Tensor,
-                    horizon: int) -> tuple[Tensor, Tensor]:
+def denoise_scratch(
+    prefix_k: list[Tensor] | Tensor, prefix_v: list[Tensor] | Tensor, horizon: int
+) -> tuple[Tensor, Tensor]:
     """``[L, B, P + H, KVH, D]`` K and V scratch with the prefix (per layer ``[B, P, KVH, D]``)
     copied into ``[0, P)`` — the one copy of the prefix per frame."""
     b, p = prefix_k[0].shape[:2]
@@ -185,8 +193,9 @@ def denoise_scratch(prefix_k: list[Tensor] | Tensor, prefix_v: list[Tensor] | Te
     return k, v
 
 
-def denoise_view(prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int,
-                 padded: bool = True) -> DenoiseView:
+def denoise_view(
+    prefix_k: list[Tensor], prefix_v: list[Tensor], lengths: Tensor, horizon: int, padded: bool = True
+) -> DenoiseView:
     """Build the action expert's view over gathered prefix K/V.
 
     Args:
@@ -207,8 +216,16 @@ class DenseKVCache:
     ``lengths[b]`` is the number of stored tokens of row ``b``.
     """
 
-    def __init__(self, num_layers: int, batch: int, capacity: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        batch: int,
+        capacity: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
         shape = (batch, capacity, num_kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -217,8 +234,7 @@ class DenseKVCache:
 
     def _check_room(self, new_lengths: Tensor) -> None:
         if int(new_lengths.max()) > self.capacity:
-            raise RuntimeError(f"DenseKVCache overflow: need {int(new_lengths.max())} slots, "
-                               f"capacity {self.capacity}")
+            raise RuntimeError(f"DenseKVCache overflow: need {int(new_lengths.max())} slots, capacity {self.capacity}")
 
     def prefill_view(self, valid: Tensor) -> _WriteView:
         """View for a prefix prefill over ``[B, P]`` tokens (``valid`` bool): bidirectional among

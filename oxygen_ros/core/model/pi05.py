@@ -16,8 +16,8 @@ Follows openpi ``models_pytorch/pi0_pytorch.py`` (``PI0Pytorch`` with ``pi05=Tru
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
 import torch.nn.functional as F
+from torch import Tensor, nn
 
 from ..config import ModelConfig
 from .flow import euler_integrate, euler_times, sinusoidal_time_embedding
@@ -89,8 +89,14 @@ class Pi05Model(nn.Module):
             out[image_masks] = self.vision(flat).to(self.dtype)
         return out.reshape(b, s * n, -1)
 
-    def embed_prefix(self, pixels: Tensor, image_masks: Tensor, tokens: Tensor, token_masks: Tensor,
-                     image_embeds: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def embed_prefix(
+        self,
+        pixels: Tensor,
+        image_masks: Tensor,
+        tokens: Tensor,
+        token_masks: Tensor,
+        image_embeds: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """Prefix embeddings ``[images ‖ prompt]``, packed to valid tokens.
 
         Args:
@@ -130,8 +136,7 @@ class Pi05Model(nn.Module):
     # ------------------------------------------------------------------ actions
     def time_condition(self, t: Tensor) -> Tensor:
         """adaRMS condition from flow time: ``[B]`` → ``[B, expert_width]`` (swish MLP)."""
-        emb = sinusoidal_time_embedding(t, self.cfg.expert.width, self.cfg.time_min_period,
-                                        self.cfg.time_max_period)
+        emb = sinusoidal_time_embedding(t, self.cfg.expert.width, self.cfg.time_min_period, self.cfg.time_max_period)
         w = self.time_mlp_in.weight
         h = F.silu(self.time_mlp_in(emb.to(device=w.device, dtype=w.dtype)))
         return F.silu(self.time_mlp_out(h))
@@ -197,13 +202,15 @@ class Pi05Model(nn.Module):
         horizon = x_t.shape[1]
         dev = prefix_embeds.device
         n = prefix_valid.long().sum(-1)
-        positions = torch.cat([prefix_positions(prefix_valid),
-                               n[:, None] + torch.arange(horizon, device=dev)[None]], dim=1)
+        positions = torch.cat(
+            [prefix_positions(prefix_valid), n[:, None] + torch.arange(horizon, device=dev)[None]], dim=1
+        )
         keys = torch.cat([prefix_valid, torch.ones(b, horizon, dtype=torch.bool, device=dev)], dim=1)
         is_suffix_q = torch.arange(p + horizon, device=dev) >= p
         allowed = keys[:, None, :] & (is_suffix_q[None, :, None] | ~is_suffix_q[None, None, :])
         w = self.action_in_proj.weight
         emb = self.action_in_proj(x_t.to(device=w.device, dtype=w.dtype))
-        out = self.runner([self.vlm, self.expert], [prefix_embeds, emb], [None, self.time_condition(t)],
-                          SelfView(positions, allowed))[1]
+        out = self.runner(
+            [self.vlm, self.expert], [prefix_embeds, emb], [None, self.time_condition(t)], SelfView(positions, allowed)
+        )[1]
         return self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()

@@ -34,7 +34,7 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
 
-    def validate(self) -> "SamplingParams":
+    def validate(self) -> SamplingParams:
         """Raise ``ValueError`` naming a bad field."""
         if not (self.temperature >= 0.0) or self.temperature != self.temperature or self.temperature == float("inf"):
             raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0")
@@ -76,8 +76,15 @@ def gumbel_noise(keys: Tensor, counters: Tensor, vocab: int) -> Tensor:
     return -torch.log(-torch.log(u))
 
 
-def sample_batch(logits: Tensor, temperature: Tensor, top_k: Tensor, keys: Tensor, counters: Tensor,
-                 top_k_cap: int, greedy_only: bool = False) -> Tensor:
+def sample_batch(
+    logits: Tensor,
+    temperature: Tensor,
+    top_k: Tensor,
+    keys: Tensor,
+    counters: Tensor,
+    top_k_cap: int,
+    greedy_only: bool = False,
+) -> Tensor:
     """Sample one token per row on the logits' device.
 
     Args:
@@ -102,16 +109,18 @@ def sample_batch(logits: Tensor, temperature: Tensor, top_k: Tensor, keys: Tenso
     ranked = torch.topk(scaled, kcap, dim=-1).values
     kth = ranked.gather(1, (top_k - 1).clamp(0, kcap - 1)[:, None])
     keep = (top_k[:, None] <= 0) | (scaled >= kth)
-    noisy = torch.where(keep, scaled + gumbel_noise(keys, counters, logits.shape[-1]),
-                        torch.full_like(scaled, float("-inf")))
+    noisy = torch.where(
+        keep, scaled + gumbel_noise(keys, counters, logits.shape[-1]), torch.full_like(scaled, float("-inf"))
+    )
     drawn = noisy.argmax(-1)
     ok = finite & (greedy | torch.isfinite(scaled).all(-1))
     ids = torch.where(greedy, greedy_ids, drawn)
     return torch.where(ok, ids, torch.full_like(ids, -1))
 
 
-def sample_rows(logits: Tensor, params: list[SamplingParams], keys: list[int],
-                counters: list[int]) -> tuple[list[int], list[bool]]:
+def sample_rows(
+    logits: Tensor, params: list[SamplingParams], keys: list[int], counters: list[int]
+) -> tuple[list[int], list[bool]]:
     """List front end of :func:`sample_batch` (the single-request policy, tests).
 
     Returns:
@@ -121,7 +130,13 @@ def sample_rows(logits: Tensor, params: list[SamplingParams], keys: list[int],
     temps = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
     tks = torch.tensor([p.top_k for p in params], dtype=torch.int64, device=dev)
     cap = max([p.top_k for p in params] + [1])
-    ids = sample_batch(logits, temps, tks, torch.tensor(keys, dtype=torch.int64, device=dev),
-                       torch.tensor(counters, dtype=torch.int64, device=dev), cap,
-                       greedy_only=all(p.temperature == 0 for p in params)).tolist()
+    ids = sample_batch(
+        logits,
+        temps,
+        tks,
+        torch.tensor(keys, dtype=torch.int64, device=dev),
+        torch.tensor(counters, dtype=torch.int64, device=dev),
+        cap,
+        greedy_only=all(p.temperature == 0 for p in params),
+    ).tolist()
     return ids, [i >= 0 for i in ids]

@@ -28,8 +28,19 @@ from . import ckpt_files as cf
 from .ckpt_files import INDEX, WEIGHTS
 from .ckpt_shapes import FLOAT_DTYPES, check_dtypes, read_finite, read_headers, weight_index
 from .gemma import MoTRunner
-from .keymap import (LM_HEAD_KEY, OWN_EMBED_KEY, CheckpointError, ckpt_to_own, detect_layout, has_vision_level,
-                     is_skipped, is_tied_head, keep_fp32, layout_prefix, own_to_ckpt)
+from .keymap import (
+    LM_HEAD_KEY,
+    OWN_EMBED_KEY,
+    CheckpointError,
+    ckpt_to_own,
+    detect_layout,
+    has_vision_level,
+    is_skipped,
+    is_tied_head,
+    keep_fp32,
+    layout_prefix,
+    own_to_ckpt,
+)
 from .layers import AdaRMSNorm, PlainNorm, make_rotary
 from .pi05 import Pi05Model
 
@@ -71,8 +82,9 @@ def _listing(title: str, items: list[str]) -> str:
     return f"{title} ({len(items)}): " + ", ".join(items[:_MAX_LISTED]) + more
 
 
-def plan_load(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]],
-              layout: str) -> tuple[dict[str, str], list[str], list[str], str | None]:
+def plan_load(
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], layout: str
+) -> tuple[dict[str, str], list[str], list[str], str | None]:
     """Match checkpoint keys to own keys, strictly.
 
     Args:
@@ -112,10 +124,16 @@ def plan_load(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, 
         else:
             plan[OWN_EMBED_KEY] = head
             restored.append(OWN_EMBED_KEY)
-    missing = [f"{own_to_ckpt(k, layout)} {list(s)}" for k, s in expected.items()
-               if k not in plan and not (k == OWN_EMBED_KEY and head is not None)]
-    errors = [_listing(t, v) for t, v in (("missing keys", missing), ("unexpected keys", unexpected),
-                                          ("wrong shapes", wrong)) if v]
+    missing = [
+        f"{own_to_ckpt(k, layout)} {list(s)}"
+        for k, s in expected.items()
+        if k not in plan and not (k == OWN_EMBED_KEY and head is not None)
+    ]
+    errors = [
+        _listing(t, v)
+        for t, v in (("missing keys", missing), ("unexpected keys", unexpected), ("wrong shapes", wrong))
+        if v
+    ]
     if errors:
         raise CheckpointError(f"checkpoint ({layout} layout) does not match the model: " + "; ".join(errors))
     return plan, skipped, restored, compare
@@ -158,9 +176,13 @@ def checkpoint_shapes(cfg: ModelConfig, layout: str = "lerobot") -> dict[str, tu
     return {own_to_ckpt(k, layout): tuple(v.shape) for k, v in _meta_model(cfg).state_dict().items()}
 
 
-def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-                    *, asset_id: str | None = None
-                    ) -> tuple[Pi05Model, ModelConfig, dict[str, NormStats], CheckpointInfo]:
+def load_pretrained(
+    folder: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    *,
+    asset_id: str | None = None,
+) -> tuple[Pi05Model, ModelConfig, dict[str, NormStats], CheckpointInfo]:
     """Load a π0.5 checkpoint folder (openpi PyTorch or LeRobot ``pi05`` layout).
 
     The layout comes from the weight key prefixes (``model.paligemma_with_expert.…`` → LeRobot,
@@ -189,8 +211,9 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
     if not folder.exists():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
     if not folder.is_dir():
-        raise CheckpointError(f"checkpoint path {folder} is not a folder (pass the folder holding "
-                              f"{WEIGHTS} and config.json)")
+        raise CheckpointError(
+            f"checkpoint path {folder} is not a folder (pass the folder holding {WEIGHTS} and config.json)"
+        )
     index = weight_index(folder)
     wfile = folder / (WEIGHTS if (folder / WEIGHTS).is_file() else INDEX)
     try:
@@ -199,8 +222,9 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
         raise CheckpointError(f"{wfile}: {e}") from e
     shapes, dtypes = read_headers(index)
     cfg, source, raw, derived = cc.resolve_config(folder, layout, shapes)
-    info = CheckpointInfo(layout=layout, folder=folder, config_source=source, raw_config=raw,
-                          derived_from_shapes=derived)
+    info = CheckpointInfo(
+        layout=layout, folder=folder, config_source=source, raw_config=raw, derived_from_shapes=derived
+    )
     if layout == "openpi":
         stats, info.asset_id = cf.read_openpi_stats(folder, asset_id)
     else:
@@ -232,8 +256,14 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", dtyp
     return model.eval(), cfg, stats, info
 
 
-def save_pretrained(model: Pi05Model, folder: str | Path, norm_stats: dict[str, NormStats],
-                    layout: str = "openpi", tokenizer: Any = None, asset_id: str = "robot") -> Path:
+def save_pretrained(
+    model: Pi05Model,
+    folder: str | Path,
+    norm_stats: dict[str, NormStats],
+    layout: str = "openpi",
+    tokenizer: Any = None,
+    asset_id: str = "robot",
+) -> Path:
     """Write ``model`` as a checkpoint folder that :func:`load_pretrained` (and openpi / LeRobot)
     read back exactly.
 
@@ -298,7 +328,20 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["CheckpointError", "CheckpointInfo", "LM_HEAD_KEY", "FLOAT_DTYPES", "weight_index", "plan_load",
-           "check_dtypes", "read_finite", "target_dtype",
-           "rebuild_buffers", "checkpoint_shapes", "load_pretrained", "save_pretrained", "random_pretrained",
-           "count_parameters"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "LM_HEAD_KEY",
+    "FLOAT_DTYPES",
+    "weight_index",
+    "plan_load",
+    "check_dtypes",
+    "read_finite",
+    "target_dtype",
+    "rebuild_buffers",
+    "checkpoint_shapes",
+    "load_pretrained",
+    "save_pretrained",
+    "random_pretrained",
+    "count_parameters",
+]

@@ -50,13 +50,17 @@ class RTCConfig:
     guidance: str = "elementwise"
     control_period_s: float = 0.02
 
-    def validate(self) -> "RTCConfig":
+    def validate(self) -> RTCConfig:
         """Raise :class:`ConfigError` naming the first invalid field; returns ``self``."""
+
         def bad(name: str, why: str) -> ConfigError:
             return ConfigError(f"rtc.{name}={getattr(self, name)!r} is invalid: {why}")
 
-        for name, choices in (("schedule", SCHEDULES), ("guidance", GUIDANCE_MODES),
-                              ("inference_delay_mode", DELAY_MODES)):
+        for name, choices in (
+            ("schedule", SCHEDULES),
+            ("guidance", GUIDANCE_MODES),
+            ("inference_delay_mode", DELAY_MODES),
+        ):
             if getattr(self, name) not in choices:
                 raise bad(name, f"must be one of {choices}")
         for name in ("execution_horizon", "delay_window"):

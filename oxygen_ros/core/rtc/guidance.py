@@ -21,8 +21,8 @@ the action expert per step (Black et al. 2025, Eq. 2–5).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -59,10 +59,17 @@ class RTCGuide:
         """True when some row is guided (an inactive guide gives the plain flow)."""
         return self.horizon > 0
 
-    def to(self, device: torch.device | str) -> "RTCGuide":
+    def to(self, device: torch.device | str) -> RTCGuide:
         """The same guide with its tensors on ``device``."""
-        return RTCGuide(self.target.to(device), self.weights.to(device), self.times.to(device),
-                        self.gains.to(device), self.vjp, self.delay, self.horizon)
+        return RTCGuide(
+            self.target.to(device),
+            self.weights.to(device),
+            self.times.to(device),
+            self.gains.to(device),
+            self.vjp,
+            self.delay,
+            self.horizon,
+        )
 
 
 def prefix_weights(schedule: str, delay: int, horizon: int, left_len: int, length: int) -> Tensor:
@@ -107,13 +114,22 @@ def guidance_weights(times: Sequence[float] | Tensor, max_weight: float) -> Tens
     t = torch.as_tensor(times, dtype=torch.float64).reshape(-1)
     inside = (t > 0) & (t < 1)
     ts = torch.where(inside, t, torch.full_like(t, 0.5))
-    ratio = (ts ** 2 + (1 - ts) ** 2) / (ts * (1 - ts))
+    ratio = (ts**2 + (1 - ts) ** 2) / (ts * (1 - ts))
     return torch.where(inside, ratio.clamp(max=max_weight), torch.full_like(t, max_weight)).to(torch.float32)
 
 
-def make_guide(left_over: np.ndarray | Tensor | None, delay: int, *, schedule: str, horizon: int,
-               max_weight: float, times: Sequence[Tensor] | Tensor, length: int, action_dim: int,
-               vjp: bool = False) -> RTCGuide:
+def make_guide(
+    left_over: np.ndarray | Tensor | None,
+    delay: int,
+    *,
+    schedule: str,
+    horizon: int,
+    max_weight: float,
+    times: Sequence[Tensor] | Tensor,
+    length: int,
+    action_dim: int,
+    vjp: bool = False,
+) -> RTCGuide:
     """The guide of one chunk.
 
     Args:
@@ -134,13 +150,17 @@ def make_guide(left_over: np.ndarray | Tensor | None, delay: int, *, schedule: s
     y = torch.zeros(1, length, action_dim, dtype=torch.float32)
     rows = 0
     if left_over is not None:
-        lo = torch.as_tensor(np.asarray(left_over, dtype=np.float32) if not isinstance(left_over, Tensor)
-                             else left_over.detach().float().cpu())
+        lo = torch.as_tensor(
+            np.asarray(left_over, dtype=np.float32)
+            if not isinstance(left_over, Tensor)
+            else left_over.detach().float().cpu()
+        )
         if lo.ndim == 3 and lo.shape[0] == 1:
             lo = lo[0]
         if lo.ndim != 2 or lo.shape[0] > length or lo.shape[1] > action_dim:
-            raise ValueError(f"prev_chunk_left_over must be [rows <= {length}, dims <= {action_dim}], "
-                             f"got {list(lo.shape)}")
+            raise ValueError(
+                f"prev_chunk_left_over must be [rows <= {length}, dims <= {action_dim}], got {list(lo.shape)}"
+            )
         if not bool(torch.isfinite(lo).all()):
             raise ValueError("prev_chunk_left_over is not finite")
         rows = int(lo.shape[0])
@@ -150,8 +170,9 @@ def make_guide(left_over: np.ndarray | Tensor | None, delay: int, *, schedule: s
     ts = torch.stack([torch.as_tensor(t, dtype=torch.float32).reshape(()) for t in times]).cpu()
     w = prefix_weights(schedule, delay, horizon, rows, length) if rows else torch.zeros(length)
     h = min(horizon, rows)
-    return RTCGuide(y, w.reshape(1, length, 1), ts, guidance_weights(ts, max_weight), vjp,
-                    min(delay, h) if h else -1, h)
+    return RTCGuide(
+        y, w.reshape(1, length, 1), ts, guidance_weights(ts, max_weight), vjp, min(delay, h) if h else -1, h
+    )
 
 
 def guided_velocity(x: Tensor, v: Tensor, t: Tensor, g: Tensor, y: Tensor, w: Tensor) -> Tensor:
@@ -160,8 +181,9 @@ def guided_velocity(x: Tensor, v: Tensor, t: Tensor, g: Tensor, y: Tensor, w: Te
     return v - g * (w * (y - (x - t * v)))
 
 
-def vjp_guided_velocity(velocity: Callable[[Tensor], Tensor], x: Tensor, t: Tensor, g: Tensor, y: Tensor,
-                        w: Tensor) -> Tensor:
+def vjp_guided_velocity(
+    velocity: Callable[[Tensor], Tensor], x: Tensor, t: Tensor, g: Tensor, y: Tensor, w: Tensor
+) -> Tensor:
     """The paper's guided velocity: ``v - g · (∂x̂₁/∂x)ᵀ (W ⊙ (Y - x̂₁))`` with ``x̂₁ = x - t·v(x)``,
     one backward pass through ``velocity`` (``[B, T, D] -> [B, T, D]``). Every tensor ``velocity``
     saves must be a normal tensor (not created under ``inference_mode``).
@@ -177,8 +199,7 @@ def vjp_guided_velocity(velocity: Callable[[Tensor], Tensor], x: Tensor, t: Tens
     return (v.detach() - g * corr).detach()
 
 
-def integrate_guided(velocity: Callable[[Tensor, int], Tensor], noise: Tensor, dt: Tensor,
-                     guide: RTCGuide) -> Tensor:
+def integrate_guided(velocity: Callable[[Tensor, int], Tensor], noise: Tensor, dt: Tensor, guide: RTCGuide) -> Tensor:
     """Euler integration with RTC guidance (eager; the dense reference path and the ``vjp`` form).
 
     Args:
@@ -192,12 +213,19 @@ def integrate_guided(velocity: Callable[[Tensor, int], Tensor], noise: Tensor, d
     for i in range(guide.times.shape[0]):
         t, g = guide.times[i], guide.gains[i]
         if guide.vjp:
-            v = vjp_guided_velocity(lambda z: velocity(z, i), x, t, g, guide.target, guide.weights)
+            v = vjp_guided_velocity(lambda z, i=i: velocity(z, i), x, t, g, guide.target, guide.weights)
         else:
             v = guided_velocity(x, velocity(x, i), t, g, guide.target, guide.weights)
         x = x + dt * v
     return x
 
 
-__all__ = ["RTCGuide", "prefix_weights", "guidance_weights", "make_guide", "guided_velocity",
-           "vjp_guided_velocity", "integrate_guided"]
+__all__ = [
+    "RTCGuide",
+    "prefix_weights",
+    "guidance_weights",
+    "make_guide",
+    "guided_velocity",
+    "vjp_guided_velocity",
+    "integrate_guided",
+]

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from torch import Tensor
@@ -42,9 +42,9 @@ UNGUIDED_REASONS: tuple[str, ...] = ("first", "dropped", "reset", "time_jump", "
 
 @dataclass
 class _Emitted:
-    x: np.ndarray       # [T, A] normalised model space (real action dims)
-    stamp: float        # observation stamp, seconds
-    state: np.ndarray   # the observation's (model-space) state
+    x: np.ndarray  # [T, A] normalised model space (real action dims)
+    stamp: float  # observation stamp, seconds
+    state: np.ndarray  # the observation's (model-space) state
 
 
 def align_leftover(prev: np.ndarray, shift: float) -> np.ndarray:
@@ -84,9 +84,16 @@ class ChunkHandover:
     Thread-safety: used by the one inference thread (the engine's action path) only.
     """
 
-    def __init__(self, cfg: RTCConfig, normalizer: Normalizer, horizon: int, action_dim: int,
-                 times: Sequence[Tensor], relative: tuple[np.ndarray, np.ndarray] | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RTCConfig,
+        normalizer: Normalizer,
+        horizon: int,
+        action_dim: int,
+        times: Sequence[Tensor],
+        relative: tuple[np.ndarray, np.ndarray] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.cfg = cfg.validate()
         self.normalizer = normalizer
         self.horizon, self.action_dim, self.times = horizon, action_dim, list(times)
@@ -184,8 +191,17 @@ class ChunkHandover:
             return None
         self.counts[reason] += 1
         c = self.cfg
-        return make_guide(rows, delay, schedule=c.schedule, horizon=c.execution_horizon, max_weight=c.max_guidance_weight,
-                          times=self.times, length=self.horizon, action_dim=self.action_dim, vjp=c.guidance == "vjp")
+        return make_guide(
+            rows,
+            delay,
+            schedule=c.schedule,
+            horizon=c.execution_horizon,
+            max_weight=c.max_guidance_weight,
+            times=self.times,
+            length=self.horizon,
+            action_dim=self.action_dim,
+            vjp=c.guidance == "vjp",
+        )
 
     def emitted(self, x: np.ndarray, obs: Observation, latency_s: float | None) -> None:
         """Remember the chunk just handed out and measure its switch discontinuity.
@@ -198,8 +214,8 @@ class ChunkHandover:
         x = np.asarray(x, np.float32)[:, :a]
         left, d = self._left, self._used_delay
         if left is not None and d < len(left):
-            new = self.normalizer.unnormalize_actions(x[d:d + 1])
-            old = self.normalizer.unnormalize_actions(left[d:d + 1, :a])
+            new = self.normalizer.unnormalize_actions(x[d : d + 1])
+            old = self.normalizer.unnormalize_actions(left[d : d + 1, :a])
             self.last_jump = float(np.abs(new - old).max())
             self.jumps.append(self.last_jump)
         if self.clock is not None:
@@ -213,18 +229,24 @@ class ChunkHandover:
         """``rtc_*`` keys for ``/diagnostics``: enabled, delay in use (rows, and its source), chunks
         guided / unguided by reason, last and median switch discontinuity (action units)."""
         c = self.cfg
-        out: dict[str, object] = {"rtc_enabled": c.enabled, "rtc_delay_rows": self.delay,
-                                  "rtc_delay_source": c.inference_delay_mode if self.latencies else "fixed"}
+        out: dict[str, object] = {
+            "rtc_enabled": c.enabled,
+            "rtc_delay_rows": self.delay,
+            "rtc_delay_source": c.inference_delay_mode if self.latencies else "fixed",
+        }
         if c.enabled:
             h = min(c.execution_horizon, self.horizon)
             if self.delay >= h:
-                out["rtc_note"] = (f"inference delay {self.delay} rows >= execution horizon {h}: the first row "
-                                   "executed from a new chunk is not guided; raise rtc.execution_horizon")
+                out["rtc_note"] = (
+                    f"inference delay {self.delay} rows >= execution horizon {h}: the first row "
+                    "executed from a new chunk is not guided; raise rtc.execution_horizon"
+                )
             out["rtc_guided"] = self.counts["guided"] + self.counts["explicit"]
             out.update({f"rtc_unguided_{r}": self.counts[r] for r in UNGUIDED_REASONS})
         if self.latencies:
-            out["rtc_latency_p%g_ms" % c.delay_percentile] = round(
-                1e3 * float(np.percentile(np.asarray(self.latencies), c.delay_percentile)), 2)
+            out[f"rtc_latency_p{c.delay_percentile:g}_ms"] = round(
+                1e3 * float(np.percentile(np.asarray(self.latencies), c.delay_percentile)), 2
+            )
         if self.last_jump is not None:
             out["rtc_switch_jump_last"] = round(self.last_jump, 6)
             out["rtc_switch_jump_median"] = round(float(np.median(np.asarray(self.jumps))), 6)

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # rclpy is imported by lifecycle(): the parser reads TRANSITIONS before any ROS import
     from oxygen_ros.ros.cli.peer import Peer
 
-__all__ = ['TRANSITIONS', 'lifecycle']
+__all__ = ["TRANSITIONS", "lifecycle"]
 
 #: The transitions ``oxygen lifecycle`` can request (labels of ``lifecycle_msgs/Transition``).
-TRANSITIONS = ('configure', 'activate', 'deactivate', 'cleanup', 'shutdown')
+TRANSITIONS = ("configure", "activate", "deactivate", "cleanup", "shutdown")
 #: Longest wait for the status that carries a configure error.
 _STATUS_WAIT_S = 10.0
 
@@ -44,25 +44,30 @@ def lifecycle(peer: Peer, verb: str, write: Callable[[str], None], err: Callable
 
     peer.find_node()
     before = peer.lifecycle_state()
-    if verb == 'get':
-        write(f'{peer.fqn}: {before}\n')
+    if verb == "get":
+        write(f"{peer.fqn}: {before}\n")
         return EXIT_OK
-    available = peer.call(GetAvailableTransitions, 'get_available_transitions',
-                          GetAvailableTransitions.Request()).available_transitions
+    available = peer.call(
+        GetAvailableTransitions, "get_available_transitions", GetAvailableTransitions.Request()
+    ).available_transitions
     match = [t.transition for t in available if t.transition.label == verb]
     if not match:
-        labels = ', '.join(sorted({t.transition.label for t in available})) or 'none'
-        raise CliError(f'cannot {verb} {peer.fqn} from state {before!r} (possible: {labels})')
-    statuses = StatusWatch(peer) if verb == 'configure' else None  # subscribed before the transition
-    ok = peer.call(ChangeState, 'change_state', ChangeState.Request(transition=Transition(id=match[0].id, label=verb)),
-                   idempotent=False).success
+        labels = ", ".join(sorted({t.transition.label for t in available})) or "none"
+        raise CliError(f"cannot {verb} {peer.fqn} from state {before!r} (possible: {labels})")
+    statuses = StatusWatch(peer) if verb == "configure" else None  # subscribed before the transition
+    ok = peer.call(
+        ChangeState,
+        "change_state",
+        ChangeState.Request(transition=Transition(id=match[0].id, label=verb)),
+        idempotent=False,
+    ).success
     after = peer.lifecycle_state()
     if ok:
-        write(f'{peer.fqn}: {before} -> {after}\n')
+        write(f"{peer.fqn}: {before} -> {after}\n")
         return EXIT_OK
-    err(f'{verb} failed: {peer.fqn} is {after}\n')
+    err(f"{verb} failed: {peer.fqn} is {after}\n")
     if statuses is not None:
-        st = statuses.next(min(peer.timeout, _STATUS_WAIT_S), lambda s: s.message.startswith('configure failed'))
-        hint = f'the reason is on /diagnostics: oxygen status --node {peer.fqn}'
-        err(f'{st.message if st is not None else hint}\n')
+        st = statuses.next(min(peer.timeout, _STATUS_WAIT_S), lambda s: s.message.startswith("configure failed"))
+        hint = f"the reason is on /diagnostics: oxygen status --node {peer.fqn}"
+        err(f"{st.message if st is not None else hint}\n")
     return EXIT_FAILED

@@ -20,11 +20,19 @@ from typing import TextIO
 
 from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
 
-__all__ = ['DEFAULT_TIMEOUT_S', 'build_parser', 'main']
+__all__ = ["DEFAULT_TIMEOUT_S", "build_parser", "main"]
 
 #: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
-DEFAULT_TIMEOUT_S = {'ask': 120.0, 'instruct': 20.0, 'record': 20.0, 'listen': 20.0, 'status': 20.0, 'params': 20.0, 'lifecycle': 20.0,
-                     'transition': 300.0}
+DEFAULT_TIMEOUT_S = {
+    "ask": 120.0,
+    "instruct": 20.0,
+    "record": 20.0,
+    "listen": 20.0,
+    "status": 20.0,
+    "params": 20.0,
+    "lifecycle": 20.0,
+    "transition": 300.0,
+}
 
 _EXIT_CODES = """exit status: 0 success; 1 failed (answer ended with a notice, value refused, transition
 failed, status not OK, timeout); 2 usage error, node or service not found, no status; 130 Ctrl-C."""
@@ -38,28 +46,28 @@ be another client's ask made at the same moment. A '[request N waiting: ...]' no
 stderr and the wait goes on. Exit 0 when the answer finished, 1 when it ended with a notice
 (rejected, expired, failed, cancelled), the node is not active, or the timeout passed."""
 _ROS2 = {
-    'ask': 'ros2 topic echo /conversation/delta, then '
-           "ros2 topic pub --once /ask std_msgs/String \"{data: 'What do you see?'}\"",
-    'listen': 'ros2 topic echo /conversation/text (one topic per command)',
-    'record': 'ros2 bag record -s mcap -o BAG TOPIC ...',
-    'instruct': "ros2 topic pub --once /instruction std_msgs/String \"{data: 'fold the towel'}\"",
-    'status': 'ros2 topic echo /diagnostics',
-    'params': 'ros2 param list|get|set|describe /oxygen ...',
-    'lifecycle': 'ros2 lifecycle get|set /oxygen <transition>',
+    "ask": "ros2 topic echo /conversation/delta, then "
+    "ros2 topic pub --once /ask std_msgs/String \"{data: 'What do you see?'}\"",
+    "listen": "ros2 topic echo /conversation/text (one topic per command)",
+    "record": "ros2 bag record -s mcap -o BAG TOPIC ...",
+    "instruct": "ros2 topic pub --once /instruction std_msgs/String \"{data: 'fold the towel'}\"",
+    "status": "ros2 topic echo /diagnostics",
+    "params": "ros2 param list|get|set|describe /oxygen ...",
+    "lifecycle": "ros2 lifecycle get|set /oxygen <transition>",
 }
 
 
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f'{text}: must be > 0')
+        raise argparse.ArgumentTypeError(f"{text}: must be > 0")
     return value
 
 
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f'{text}: must be >= 0')
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
     return value
 
 
@@ -67,89 +75,146 @@ def _global_options(top_level: bool) -> argparse.ArgumentParser:
     """``--node`` and ``--timeout``: defaults on the top level only, so after the verb they override
     what came before it without resetting it (a fresh parser per use: argparse shares actions)."""
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument('--node', default='oxygen' if top_level else argparse.SUPPRESS, metavar='NAME',
-                      help='the node: name, or namespace/name like /robot/oxygen (default: oxygen)')
-    opts.add_argument('--timeout', type=_positive, default=None if top_level else argparse.SUPPRESS, metavar='SEC',
-                      help='longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, '
-                           'others 20; finding the node waits 5 unless --timeout is given)')
+    opts.add_argument(
+        "--node",
+        default="oxygen" if top_level else argparse.SUPPRESS,
+        metavar="NAME",
+        help="the node: name, or namespace/name like /robot/oxygen (default: oxygen)",
+    )
+    opts.add_argument(
+        "--timeout",
+        type=_positive,
+        default=None if top_level else argparse.SUPPRESS,
+        metavar="SEC",
+        help="longest wait, seconds (default by verb: ask 120, lifecycle transitions 300, "
+        "others 20; finding the node waits 5 unless --timeout is given)",
+    )
     return opts
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``oxygen`` argument parser (``--node`` / ``--timeout`` go before or after the verb)."""
-    top = argparse.ArgumentParser(prog='oxygen', parents=[_global_options(True)], epilog=_EXIT_CODES,
-                                  description='Operate a running oxygen node (no ros2 CLI needed).')
-    verbs = top.add_subparsers(dest='verb', required=True, metavar='VERB')
+    top = argparse.ArgumentParser(
+        prog="oxygen",
+        parents=[_global_options(True)],
+        epilog=_EXIT_CODES,
+        description="Operate a running oxygen node (no ros2 CLI needed).",
+    )
+    verbs = top.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def verb(name: str, help_text: str, description: str | None = None,
-             where: argparse._SubParsersAction = verbs, ros2: str | None = None) -> argparse.ArgumentParser:
+    def verb(
+        name: str,
+        help_text: str,
+        description: str | None = None,
+        where: argparse._SubParsersAction = verbs,
+        ros2: str | None = None,
+    ) -> argparse.ArgumentParser:
         equivalent = ros2 or _ROS2.get(name)
-        return where.add_parser(name, parents=[_global_options(False)], help=help_text,
-                                description=description or help_text,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=(f'ros2 equivalent: {equivalent}\n' if equivalent else '') + _EXIT_CODES)
+        return where.add_parser(
+            name,
+            parents=[_global_options(False)],
+            help=help_text,
+            description=description or help_text,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=(f"ros2 equivalent: {equivalent}\n" if equivalent else "") + _EXIT_CODES,
+        )
 
-    p = verb('ask', 'ask a language task a question and print the streamed answer', _ASK)
-    p.add_argument('text', metavar='TEXT', help='the question (quote it)')
-    p.add_argument('--task', default='conversation', help='language task to ask (default: conversation)')
+    p = verb("ask", "ask a language task a question and print the streamed answer", _ASK)
+    p.add_argument("text", metavar="TEXT", help="the question (quote it)")
+    p.add_argument("--task", default="conversation", help="language task to ask (default: conversation)")
 
-    p = verb('instruct', 'give the node its task instruction (what the policy is to do)',
-             'Publish TEXT once on the node\'s instruction topic (instruction_topic, instruction_qos), after\n'
-             "the node's subscription has matched, and wait until its /diagnostics shows it as the current\n"
-             'instruction: every following observation carries it. The node must be configured.\n'
-             'Exit 0 when the node took it, 1 when it did not within --timeout.')
-    p.add_argument('text', metavar='TEXT', help='the instruction (quote it), e.g. "fold the towel"')
+    p = verb(
+        "instruct",
+        "give the node its task instruction (what the policy is to do)",
+        "Publish TEXT once on the node's instruction topic (instruction_topic, instruction_qos), after\n"
+        "the node's subscription has matched, and wait until its /diagnostics shows it as the current\n"
+        "instruction: every following observation carries it. The node must be configured.\n"
+        "Exit 0 when the node took it, 1 when it did not within --timeout.",
+    )
+    p.add_argument("text", metavar="TEXT", help='the instruction (quote it), e.g. "fold the towel"')
 
-    p = verb('record', 'record topics into a rosbag2 (mcap) folder, as ros2 bag record does',
-             'Record TOPICs (types from the graph; a topic that appears later is picked up) into the\n'
-             'rosbag2 folder BAG until --duration seconds, Ctrl-C or SIGTERM; the bag is finished in every\n'
-             'case. Prints a count per topic. Exit 0; 2 BAG exists (without --overwrite); 4 EMPTY RECORDING:\n'
-             'no message on any topic. Topics still absent after --timeout are named on stderr.')
-    p.add_argument('topics', nargs='+', metavar='TOPIC', help='topics to record (e.g. /joint_states /action_chunk)')
-    p.add_argument('-o', '--output', type=Path, required=True, metavar='BAG', help='the bag folder to write')
-    p.add_argument('--duration', type=_positive, default=None, metavar='SEC',
-                   help='record SEC seconds, counted from the first topic subscribed')
-    p.add_argument('--overwrite', action='store_true', help='replace an existing bag folder BAG')
+    p = verb(
+        "record",
+        "record topics into a rosbag2 (mcap) folder, as ros2 bag record does",
+        "Record TOPICs (types from the graph; a topic that appears later is picked up) into the\n"
+        "rosbag2 folder BAG until --duration seconds, Ctrl-C or SIGTERM; the bag is finished in every\n"
+        "case. Prints a count per topic. Exit 0; 2 BAG exists (without --overwrite); 4 EMPTY RECORDING:\n"
+        "no message on any topic. Topics still absent after --timeout are named on stderr.",
+    )
+    p.add_argument("topics", nargs="+", metavar="TOPIC", help="topics to record (e.g. /joint_states /action_chunk)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="BAG", help="the bag folder to write")
+    p.add_argument(
+        "--duration",
+        type=_positive,
+        default=None,
+        metavar="SEC",
+        help="record SEC seconds, counted from the first topic subscribed",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bag folder BAG")
 
-    p = verb('listen', "print the language tasks' utterances as they stream, one line each",
-             'Print every finished utterance of the tasks as "<task>: <text>", streaming one at a time\n'
-             "live where text_header marks utterance starts ('ask', 'id'); with 'none' whole lines.\n"
-             'Stops after --count utterances, --duration seconds or Ctrl-C (exit 0).')
-    p.add_argument('tasks', nargs='*', metavar='TASK', help="tasks to listen to (default: the node's task_names)")
-    p.add_argument('--count', type=_count, default=0, metavar='N', help='stop after N utterances (0: no limit)')
-    p.add_argument('--duration', type=_positive, default=None, metavar='SEC', help='stop after SEC seconds')
+    p = verb(
+        "listen",
+        "print the language tasks' utterances as they stream, one line each",
+        'Print every finished utterance of the tasks as "<task>: <text>", streaming one at a time\n'
+        "live where text_header marks utterance starts ('ask', 'id'); with 'none' whole lines.\n"
+        "Stops after --count utterances, --duration seconds or Ctrl-C (exit 0).",
+    )
+    p.add_argument("tasks", nargs="*", metavar="TASK", help="tasks to listen to (default: the node's task_names)")
+    p.add_argument("--count", type=_count, default=0, metavar="N", help="stop after N utterances (0: no limit)")
+    p.add_argument("--duration", type=_positive, default=None, metavar="SEC", help="stop after SEC seconds")
 
-    p = verb('status', "print the node's status from /diagnostics",
-             'Wait for the node\'s "<name>: inference" status on /diagnostics and print its level\n'
-             '(OK, WARN, ERROR, STALE), message and key: value lines. Exit 0 for OK, 1 otherwise,\n'
-             '2 when none arrives within --timeout.')
-    p.add_argument('--watch', action='store_true', help='print every status until Ctrl-C (exit 0)')
-    p.add_argument('--key', dest='keys', action='append', default=[], metavar='GLOB',
-                   help="print only keys matching GLOB (repeatable), e.g. --key 'requests_*'")
+    p = verb(
+        "status",
+        "print the node's status from /diagnostics",
+        'Wait for the node\'s "<name>: inference" status on /diagnostics and print its level\n'
+        "(OK, WARN, ERROR, STALE), message and key: value lines. Exit 0 for OK, 1 otherwise,\n"
+        "2 when none arrives within --timeout.",
+    )
+    p.add_argument("--watch", action="store_true", help="print every status until Ctrl-C (exit 0)")
+    p.add_argument(
+        "--key",
+        dest="keys",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="print only keys matching GLOB (repeatable), e.g. --key 'requests_*'",
+    )
 
-    p = verb('params', "list, get, set or describe the node's parameters")
-    params = p.add_subparsers(dest='params_verb', required=True, metavar='ACTION')
-    q = verb('list', 'list parameter names', where=params, ros2='ros2 param list /oxygen')
-    q.add_argument('prefix', nargs='?', default='', metavar='PREFIX', help='only names starting with PREFIX')
-    q.add_argument('--values', action='store_true', help='print name = value')
-    q = verb('get', 'print parameter values (name = value)', where=params, ros2='ros2 param get /oxygen NAME')
-    q.add_argument('names', nargs='+', metavar='NAME')
-    q = verb('set', 'set parameters', 'Set parameters. VALUE is YAML as for ros2 param set: 2.0 double, 4 integer,\n'
-             'true bool, [a, b] string array; an integer for a double parameter is sent as a\n'
-             'double. Prints "set NAME = VALUE", or "refused NAME: <reason>" and exits 1. A value\n'
-             "of another type than the parameter's, an integer beyond 64 bits or a name the node\n"
-             'does not have is refused here, in type names, and not sent.',
-             where=params, ros2='ros2 param set /oxygen NAME VALUE')
-    q.add_argument('pairs', nargs='+', metavar='NAME VALUE', help='one or more NAME VALUE pairs')
-    q = verb('describe', 'print type, description, range and read-only flag', where=params,
-             ros2='ros2 param describe /oxygen NAME')
-    q.add_argument('names', nargs='+', metavar='NAME')
+    p = verb("params", "list, get, set or describe the node's parameters")
+    params = p.add_subparsers(dest="params_verb", required=True, metavar="ACTION")
+    q = verb("list", "list parameter names", where=params, ros2="ros2 param list /oxygen")
+    q.add_argument("prefix", nargs="?", default="", metavar="PREFIX", help="only names starting with PREFIX")
+    q.add_argument("--values", action="store_true", help="print name = value")
+    q = verb("get", "print parameter values (name = value)", where=params, ros2="ros2 param get /oxygen NAME")
+    q.add_argument("names", nargs="+", metavar="NAME")
+    q = verb(
+        "set",
+        "set parameters",
+        "Set parameters. VALUE is YAML as for ros2 param set: 2.0 double, 4 integer,\n"
+        "true bool, [a, b] string array; an integer for a double parameter is sent as a\n"
+        'double. Prints "set NAME = VALUE", or "refused NAME: <reason>" and exits 1. A value\n'
+        "of another type than the parameter's, an integer beyond 64 bits or a name the node\n"
+        "does not have is refused here, in type names, and not sent.",
+        where=params,
+        ros2="ros2 param set /oxygen NAME VALUE",
+    )
+    q.add_argument("pairs", nargs="+", metavar="NAME VALUE", help="one or more NAME VALUE pairs")
+    q = verb(
+        "describe",
+        "print type, description, range and read-only flag",
+        where=params,
+        ros2="ros2 param describe /oxygen NAME",
+    )
+    q.add_argument("names", nargs="+", metavar="NAME")
 
-    p = verb('lifecycle', "get the node's lifecycle state or request a transition",
-             'get: print the state. A transition prints "<node>: <from> -> <to>"; one not available\n'
-             'from the current state is refused with the possible ones; a failed configure prints the\n'
-             "node's reason (from /diagnostics). Exit 1 on failure.")
-    p.add_argument('transition', choices=('get',) + TRANSITIONS, metavar='{get,' + ','.join(TRANSITIONS) + '}')
+    p = verb(
+        "lifecycle",
+        "get the node's lifecycle state or request a transition",
+        'get: print the state. A transition prints "<node>: <from> -> <to>"; one not available\n'
+        "from the current state is refused with the possible ones; a failed configure prints the\n"
+        "node's reason (from /diagnostics). Exit 1 on failure.",
+    )
+    p.add_argument("transition", choices=("get",) + TRANSITIONS, metavar="{get," + ",".join(TRANSITIONS) + "}")
     return top
 
 
@@ -157,6 +222,7 @@ def _writer(stream: TextIO) -> Callable[[str], None]:
     def write(text: str) -> None:
         stream.write(text)
         stream.flush()
+
     return write
 
 
@@ -166,23 +232,23 @@ def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], e
 
     # finding the node: NODE_DISCOVERY_S (a missing node says so at once), or as long as --timeout says
     with Peer(args.node, timeout, discovery_s=args.timeout) as peer:
-        if args.verb == 'ask':
+        if args.verb == "ask":
             return text.ask(peer, args.text, args.task, out, err)
-        if args.verb == 'record':
+        if args.verb == "record":
             return record.record(peer, args.topics, args.output, args.duration, args.overwrite, out, err)
-        if args.verb == 'instruct':
+        if args.verb == "instruct":
             return text.instruct(peer, args.text, out)
-        if args.verb == 'listen':
+        if args.verb == "listen":
             return text.listen(peer, args.tasks, args.count, args.duration, out)
-        if args.verb == 'status':
+        if args.verb == "status":
             return status.status(peer, args.watch, args.keys, out)
-        if args.verb == 'lifecycle':
+        if args.verb == "lifecycle":
             return lifecycle.lifecycle(peer, args.transition, out, err)
-        if args.params_verb == 'list':
+        if args.params_verb == "list":
             return params.list_names(peer, args.prefix, args.values, out)
-        if args.params_verb == 'get':
+        if args.params_verb == "get":
             return params.get(peer, args.names, out)
-        if args.params_verb == 'describe':
+        if args.params_verb == "describe":
             return params.describe(peer, args.names, out)
         return params.set_values(peer, list(zip(args.pairs[::2], args.pairs[1::2])), out)
 
@@ -194,8 +260,9 @@ DISCOVERY_BOUND_S = 30.0
 def _watchdog(seconds: float, verb: str) -> threading.Timer:
     """End the process with status 1 and a line on stderr if it still runs after ``seconds``
     (a daemon timer: it never delays a normal exit); :func:`main` cancels it when it returns."""
+
     def fire() -> None:
-        sys.stderr.write(f'oxygen {verb}: gave up after {seconds:g} s (no answer from the ROS graph)\n')
+        sys.stderr.write(f"oxygen {verb}: gave up after {seconds:g} s (no answer from the ROS graph)\n")
         sys.stderr.flush()
         os._exit(1)
 
@@ -212,23 +279,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from oxygen_ros.ros.cli.peer import CliError  # rclpy: after the arguments (--help answers at once)
 
-    if args.verb == 'params' and args.params_verb == 'set' and len(args.pairs) % 2:
-        parser.error('params set takes NAME VALUE pairs')
-    key = 'transition' if args.verb == 'lifecycle' and args.transition != 'get' else args.verb
+    if args.verb == "params" and args.params_verb == "set" and len(args.pairs) % 2:
+        parser.error("params set takes NAME VALUE pairs")
+    key = "transition" if args.verb == "lifecycle" and args.transition != "get" else args.verb
     timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT_S[key]
     out, err = _writer(sys.stdout), _writer(sys.stderr)
-    endless = ((args.verb == 'listen' and args.duration is None) or (args.verb == 'status' and args.watch)
-               or args.verb == 'record')  # record ends by --duration or a signal
+    endless = (
+        (args.verb == "listen" and args.duration is None)
+        or (args.verb == "status" and args.watch)
+        or args.verb == "record"
+    )  # record ends by --duration or a signal
     # every wait has its deadline; the watchdog bounds what rclpy/DDS could block outside them
     watchdog = None if endless else _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
     try:
         return _run(args, timeout, out, err)
     except CliError as exc:
-        err(f'oxygen {args.verb}: {exc}\n')
+        err(f"oxygen {args.verb}: {exc}\n")
         return exc.code
     except KeyboardInterrupt:
-        watching = args.verb == 'listen' or (args.verb == 'status' and args.watch)
-        err('\n')
+        watching = args.verb == "listen" or (args.verb == "status" and args.watch)
+        err("\n")
         return 0 if watching else 130
     except BrokenPipeError:  # e.g. `oxygen listen | head -3`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -238,5 +308,5 @@ def main(argv: list[str] | None = None) -> int:
             watchdog.cancel()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -24,8 +24,18 @@ from rclpy.signals import SignalHandlerOptions
 
 from oxygen_ros.ros.distro import close_context
 
-__all__ = ['DISCOVERY_S', 'NODE_DISCOVERY_S', 'EXIT_FAILED', 'EXIT_OK', 'EXIT_USAGE', 'CliError', 'Peer', 'from_parameter_value',
-           'resolve_topic', 'split_node_name']
+__all__ = [
+    "DISCOVERY_S",
+    "NODE_DISCOVERY_S",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CliError",
+    "Peer",
+    "from_parameter_value",
+    "resolve_topic",
+    "split_node_name",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: Longest wait for the target node to appear in the ROS graph (bounded further by ``--timeout``).
@@ -37,7 +47,7 @@ NODE_DISCOVERY_S = 5.0
 SETTLE_S = 0.2
 #: An idempotent request not answered in this long is sent again (a lost response), seconds.
 RESEND_S = 3.0
-_TOKEN = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class CliError(Exception):
@@ -56,32 +66,36 @@ def split_node_name(name: str) -> tuple[str, str]:
     Raises:
         CliError: (code 2) not a valid ROS node name.
     """
-    tokens = name.strip().strip('/').split('/')
+    tokens = name.strip().strip("/").split("/")
     if not all(_TOKEN.fullmatch(t) for t in tokens):
-        raise CliError(f'--node {name!r}: not a ROS node name (e.g. oxygen or /robot/oxygen)', EXIT_USAGE)
-    return '/' + '/'.join(tokens[:-1]), tokens[-1]
+        raise CliError(f"--node {name!r}: not a ROS node name (e.g. oxygen or /robot/oxygen)", EXIT_USAGE)
+    return "/" + "/".join(tokens[:-1]), tokens[-1]
 
 
 def resolve_topic(topic: str, namespace: str, fqn: str) -> str:
     """A topic name as the node with namespace ``namespace`` and full name ``fqn`` resolves it:
     absolute names stay, ``~/x`` is ``<fqn>/x``, relative names are under the namespace."""
-    if topic.startswith('/'):
+    if topic.startswith("/"):
         return topic
-    if topic.startswith('~'):
-        return fqn + '/' + topic[1:].lstrip('/')
-    return namespace.rstrip('/') + '/' + topic
+    if topic.startswith("~"):
+        return fqn + "/" + topic[1:].lstrip("/")
+    return namespace.rstrip("/") + "/" + topic
 
 
 def from_parameter_value(value: ParameterValue) -> Any:
     """The Python value of an ``rcl_interfaces/ParameterValue`` (None when not set)."""
     t = value.type
-    fields = {ParameterType.PARAMETER_BOOL: 'bool_value', ParameterType.PARAMETER_INTEGER: 'integer_value',
-              ParameterType.PARAMETER_DOUBLE: 'double_value', ParameterType.PARAMETER_STRING: 'string_value',
-              ParameterType.PARAMETER_BYTE_ARRAY: 'byte_array_value',
-              ParameterType.PARAMETER_BOOL_ARRAY: 'bool_array_value',
-              ParameterType.PARAMETER_INTEGER_ARRAY: 'integer_array_value',
-              ParameterType.PARAMETER_DOUBLE_ARRAY: 'double_array_value',
-              ParameterType.PARAMETER_STRING_ARRAY: 'string_array_value'}
+    fields = {
+        ParameterType.PARAMETER_BOOL: "bool_value",
+        ParameterType.PARAMETER_INTEGER: "integer_value",
+        ParameterType.PARAMETER_DOUBLE: "double_value",
+        ParameterType.PARAMETER_STRING: "string_value",
+        ParameterType.PARAMETER_BYTE_ARRAY: "byte_array_value",
+        ParameterType.PARAMETER_BOOL_ARRAY: "bool_array_value",
+        ParameterType.PARAMETER_INTEGER_ARRAY: "integer_array_value",
+        ParameterType.PARAMETER_DOUBLE_ARRAY: "double_array_value",
+        ParameterType.PARAMETER_STRING_ARRAY: "string_array_value",
+    }
     if t not in fields:
         return None
     got = getattr(value, fields[t])
@@ -102,16 +116,17 @@ class Peer:
 
     def __init__(self, node: str, timeout: float, discovery_s: float | None = None) -> None:
         self.namespace, self.name = split_node_name(node)
-        self.fqn = self.namespace.rstrip('/') + '/' + self.name
+        self.fqn = self.namespace.rstrip("/") + "/" + self.name
         self.timeout = timeout
         self.discovery_s = min(timeout, NODE_DISCOVERY_S) if discovery_s is None else discovery_s
         self.context = Context()
         try:
             rclpy.init(args=[], context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         except Exception as exc:  # e.g. ROS_DOMAIN_ID not a number: rcl refuses to start
-            raise CliError(f'cannot start rclpy: {exc}', EXIT_USAGE) from exc
-        self.node = rclpy.create_node(f'oxygen_cli_{os.getpid()}', context=self.context,
-                                      start_parameter_services=False, enable_rosout=False)
+            raise CliError(f"cannot start rclpy: {exc}", EXIT_USAGE) from exc
+        self.node = rclpy.create_node(
+            f"oxygen_cli_{os.getpid()}", context=self.context, start_parameter_services=False, enable_rosout=False
+        )
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
 
@@ -156,17 +171,20 @@ class Peer:
         if self.spin_until(lambda: want in self.node.get_node_names_and_namespaces(), self.discovery_s):
             return
         env = f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '') or '0 (unset)'}"
-        if os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE'):
+        if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"):
             env += f", ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}"
-        others = sorted(f"{ns.rstrip('/')}/{n}" for n, ns in self.node.get_node_names_and_namespaces()
-                        if n == self.name)
-        hint = f'; nodes of that name: {", ".join(others)}' if others else ''
-        raise CliError(f'node {self.fqn} not found within {self.discovery_s:g} s; is it running? ({env}){hint}',
-                       EXIT_USAGE)
+        others = sorted(
+            f"{ns.rstrip('/')}/{n}" for n, ns in self.node.get_node_names_and_namespaces() if n == self.name
+        )
+        hint = f"; nodes of that name: {', '.join(others)}" if others else ""
+        raise CliError(
+            f"node {self.fqn} not found within {self.discovery_s:g} s; is it running? ({env}){hint}", EXIT_USAGE
+        )
 
     # ------------------------------------------------------------------ services
-    def call(self, srv_type: Any, suffix: str, request: Any, timeout: float | None = None,
-             idempotent: bool = True) -> Any:
+    def call(
+        self, srv_type: Any, suffix: str, request: Any, timeout: float | None = None, idempotent: bool = True
+    ) -> Any:
         """Call the node's service ``<fqn>/<suffix>`` and return the response.
 
         A new client's request can be answered before the server has matched the client's response
@@ -178,13 +196,13 @@ class Peer:
             CliError: the service is not offered within the timeout (code 2) or does not answer
                 (code 1).
         """
-        name = f'{self.fqn}/{suffix}'
+        name = f"{self.fqn}/{suffix}"
         client = self.node.create_client(srv_type, name)
         try:
             wait = self.timeout if timeout is None else timeout
             end = time.monotonic() + wait
             if not self.spin_until(client.service_is_ready, min(wait, DISCOVERY_S)):
-                raise CliError(f'service {name} not available (is {self.fqn} an oxygen node?)', EXIT_USAGE)
+                raise CliError(f"service {name} not available (is {self.fqn} an oxygen node?)", EXIT_USAGE)
             self.spin_for(SETTLE_S)
             while True:
                 future = client.call_async(request)
@@ -192,7 +210,7 @@ class Peer:
                 if self.spin_until(future.done, min(left, RESEND_S) if idempotent else left):
                     return future.result()
                 if not idempotent or time.monotonic() >= end:
-                    raise CliError(f'no answer from {name} within {wait:g} s')
+                    raise CliError(f"no answer from {name} within {wait:g} s")
         finally:
             self.node.destroy_client(client)
 
@@ -202,7 +220,7 @@ class Peer:
         Raises:
             CliError: see :meth:`call`.
         """
-        values = self.call(GetParameters, 'get_parameters', GetParameters.Request(names=list(names))).values
+        values = self.call(GetParameters, "get_parameters", GetParameters.Request(names=list(names))).values
         if len(values) == len(names):  # rclpy answers nothing at all when one name is not set
             return {n: from_parameter_value(v) for n, v in zip(names, values)}
         if len(names) <= 1:
@@ -212,8 +230,9 @@ class Peer:
 
     def descriptors(self, names: Sequence[str]) -> dict[str, ParameterDescriptor | None]:
         """The node's descriptors of ``names`` (None for an undeclared name)."""
-        got = self.call(DescribeParameters, 'describe_parameters',
-                        DescribeParameters.Request(names=list(names))).descriptors
+        got = self.call(
+            DescribeParameters, "describe_parameters", DescribeParameters.Request(names=list(names))
+        ).descriptors
         if len(got) == len(names):  # again nothing at all when one name is not declared
             return dict(zip(names, got))
         if len(names) <= 1:
@@ -227,4 +246,4 @@ class Peer:
         Raises:
             CliError: see :meth:`call`.
         """
-        return self.call(GetState, 'get_state', GetState.Request()).current_state.label
+        return self.call(GetState, "get_state", GetState.Request()).current_state.label

@@ -15,10 +15,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Peer
 from oxygen_ros.ros.qos import reliable_qos
 
-__all__ = ['LEVELS', 'StatusWatch', 'format_status', 'level_of', 'status']
+__all__ = ["LEVELS", "StatusWatch", "format_status", "level_of", "status"]
 
 #: DiagnosticStatus levels by number.
-LEVELS = {0: 'OK', 1: 'WARN', 2: 'ERROR', 3: 'STALE'}
+LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 
 
 def level_of(st: DiagnosticStatus) -> int:
@@ -31,10 +31,11 @@ def format_status(st: DiagnosticStatus, node: str, keys: Sequence[str] = ()) -> 
     """``<LEVEL> <node>: <message>``, then ``  key: value`` lines (all, or those matching one of
     the glob patterns ``keys``), ending with a newline."""
     level = level_of(st)
-    lines = [f'{LEVELS.get(level, str(level))} {node}: {st.message}']
-    lines += [f'  {kv.key}: {kv.value}' for kv in st.values
-              if not keys or any(fnmatch.fnmatchcase(kv.key, k) for k in keys)]
-    return '\n'.join(lines) + '\n'
+    lines = [f"{LEVELS.get(level, str(level))} {node}: {st.message}"]
+    lines += [
+        f"  {kv.key}: {kv.value}" for kv in st.values if not keys or any(fnmatch.fnmatchcase(kv.key, k) for k in keys)
+    ]
+    return "\n".join(lines) + "\n"
 
 
 class StatusWatch:
@@ -42,15 +43,16 @@ class StatusWatch:
 
     def __init__(self, peer: Peer) -> None:
         self.peer = peer
-        self.name = f'{peer.name}: inference'
+        self.name = f"{peer.name}: inference"
         self.received: list[DiagnosticStatus] = []
-        peer.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_msg, reliable_qos())
+        peer.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_msg, reliable_qos())
 
     def _on_msg(self, msg: DiagnosticArray) -> None:
         self.received.extend(st for st in msg.status if st.name == self.name)
 
-    def next(self, timeout: float, pred: Callable[[DiagnosticStatus], bool] = lambda st: True
-             ) -> DiagnosticStatus | None:
+    def next(
+        self, timeout: float, pred: Callable[[DiagnosticStatus], bool] = lambda st: True
+    ) -> DiagnosticStatus | None:
         """The next status (from now on) for which ``pred`` holds, or None after ``timeout`` s."""
         start = len(self.received)
 
@@ -78,9 +80,12 @@ def status(peer: Peer, watch: bool, keys: Sequence[str], write: Callable[[str], 
         statuses.received.clear()
         st = statuses.next(peer.timeout)
         if st is None:
-            raise CliError(f'no status "{statuses.name}" on /diagnostics within {peer.timeout:g} s '
-                           f'(diagnostics_period_s longer than --timeout?)', EXIT_USAGE)
-        write(('' if first else '---\n') + format_status(st, peer.fqn, keys))
+            raise CliError(
+                f'no status "{statuses.name}" on /diagnostics within {peer.timeout:g} s '
+                f"(diagnostics_period_s longer than --timeout?)",
+                EXIT_USAGE,
+            )
+        write(("" if first else "---\n") + format_status(st, peer.fqn, keys))
         first = False
         if not watch:
             return EXIT_OK if level_of(st) == 0 else EXIT_FAILED

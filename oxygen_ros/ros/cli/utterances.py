@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from oxygen_ros.ros.streams.text import header_echo
 
-__all__ = ['AskReader', 'LinePrinter', 'end_notice', 'split_header', 'waiting_notice']
+__all__ = ["AskReader", "LinePrinter", "end_notice", "split_header", "waiting_notice"]
 
-_HEADER = re.compile(r'\[#(\d+)(?: Q: (.*?))?\] ', re.S)
-_END = re.compile(r'\[request (\d+) (rejected|expired|failed|cancelled)(?:: (.*))?\]\s*$', re.S)
-_WAITING = re.compile(r'\s*\[request (\d+) waiting(?:: .*)?\]\s*', re.S)
+_HEADER = re.compile(r"\[#(\d+)(?: Q: (.*?))?\] ", re.S)
+_END = re.compile(r"\[request (\d+) (rejected|expired|failed|cancelled)(?:: (.*))?\]\s*$", re.S)
+_WAITING = re.compile(r"\s*\[request (\d+) waiting(?:: .*)?\]\s*", re.S)
 
 
 def split_header(text: str, question: str | None = None) -> tuple[int | None, str | None, str]:
@@ -33,13 +33,13 @@ def split_header(text: str, question: str | None = None) -> tuple[int | None, st
     text without a header -> ``(None, None, text)``. An ask may itself hold ``'] '``: with
     ``question`` given, a header carrying exactly that question is split after it."""
     if question is not None:
-        m = re.match(r'\[#(\d+) Q: ', text)
-        if m and text.startswith(question + '] ', m.end()):
-            return int(m.group(1)), question, text[m.end() + len(question) + 2:]
+        m = re.match(r"\[#(\d+) Q: ", text)
+        if m and text.startswith(question + "] ", m.end()):
+            return int(m.group(1)), question, text[m.end() + len(question) + 2 :]
     m = _HEADER.match(text)
     if m is None:
         return None, None, text
-    return int(m.group(1)), m.group(2), text[m.end():]
+    return int(m.group(1)), m.group(2), text[m.end() :]
 
 
 def waiting_notice(text: str) -> int | None:
@@ -52,7 +52,7 @@ def end_notice(body: str) -> tuple[int, str, str] | None:
     """``(request id, outcome, reason)`` of the notice an utterance that did not finish ends with
     (``[request 3 expired: waited …]``), else None."""
     m = _END.search(body)
-    return (int(m.group(1)), m.group(2), m.group(3) or '') if m else None
+    return (int(m.group(1)), m.group(2), m.group(3) or "") if m else None
 
 
 def _is_header(delta: str) -> bool:
@@ -79,7 +79,7 @@ class AskReader:
         self.code: int | None = None  # exit status once the utterance has ended (0 finished, 1 notice)
         self.deltas = 0
         self._old: set[int] = set()
-        self._printed = ''
+        self._printed = ""
         self._live = False  # printing this utterance's deltas
         self._closed = False  # a later utterance began in the delta stream
         self._skip = False  # 'none': an utterance was streaming at the publish
@@ -93,20 +93,20 @@ class AskReader:
     def published(self) -> None:
         """Call right after the ask was published."""
         self.published_at = True
-        if self.header == 'none':
+        if self.header == "none":
             self._skip = self._streaming
             self._live = not self._skip
 
     def _ours(self, rid: int, question: str | None) -> bool:
         if rid in self._old or (self._old and rid < max(self._old)):
             return False
-        return self.header != 'ask' or question == self.question
+        return self.header != "ask" or question == self.question
 
     def delta(self, text: str) -> None:
         """A message of the task's delta topic."""
         if self.done or _WAITING.fullmatch(text):
             return
-        if self.header == 'none':
+        if self.header == "none":
             self._streaming = True
         elif _is_header(text):
             rid, question, _ = split_header(text, self.question)
@@ -119,7 +119,7 @@ class AskReader:
             return
         if self._live and not self._closed:
             end = _END.search(text)  # an end notice is not the answer: its reason goes to err at the end
-            text = text if end is None else text[:end.start()].rstrip(' ')
+            text = text if end is None else text[: end.start()].rstrip(" ")
             if not text:
                 return
             self._printed += text
@@ -133,14 +133,14 @@ class AskReader:
         rid = waiting_notice(text)
         if rid is not None:
             if self.published_at and (self.request_id in (None, rid)):
-                self._err(split_header(text)[2].strip() + '\n')
+                self._err(split_header(text)[2].strip() + "\n")
             return
-        if self.header == 'none':
+        if self.header == "none":
             self._streaming = False
             if not self.published_at:
                 return
             if self._skip:
-                self._skip, self._live, self._printed = False, True, ''
+                self._skip, self._live, self._printed = False, True, ""
                 return
             self._finish(text, None)
             return
@@ -158,18 +158,18 @@ class AskReader:
     def _finish(self, body: str, rid: int | None) -> None:
         notice = end_notice(body)
         end = _END.search(body)
-        shown = body if end is None else body[:end.start()].rstrip(' ')  # the answer without the notice
+        shown = body if end is None else body[: end.start()].rstrip(" ")  # the answer without the notice
         if end is not None and not shown and not self._printed:
             pass  # nothing was answered: only the reason, on err
         elif shown.startswith(self._printed):
-            self._out(shown[len(self._printed):] + '\n')
+            self._out(shown[len(self._printed) :] + "\n")
         elif not self._printed.startswith(shown):
-            self._out('\n' + shown + '\n')
+            self._out("\n" + shown + "\n")
         else:
-            self._out('\n')
+            self._out("\n")
         if notice is not None and rid in (None, notice[0]):
             nid, outcome, reason = notice
-            self._err(f'request {nid} {outcome}' + (f': {reason}' if reason else '') + '\n')
+            self._err(f"request {nid} {outcome}" + (f": {reason}" if reason else "") + "\n")
             self.code = 1
         else:
             self.code = 0
@@ -191,10 +191,10 @@ class LinePrinter:
 
     def __init__(self, tasks: Iterable[str], header: str, write: Callable[[str], None]) -> None:
         self._streams = {t: _Stream() for t in tasks}
-        self._live = header != 'none'
+        self._live = header != "none"
         self._write = write
         self._owner: str | None = None  # task whose line is open
-        self._shown = ''  # what that line shows after its prefix
+        self._shown = ""  # what that line shows after its prefix
         self._queued: list[str] = []  # whole lines waiting for the open line to end
         self.finished = 0
 
@@ -213,27 +213,27 @@ class LinePrinter:
     def text(self, task: str, text: str) -> None:
         """A message of ``task``'s text topic: an utterance ended (or a waiting notice)."""
         if waiting_notice(text) is not None:
-            self._line(f'{task}: {text}')
+            self._line(f"{task}: {text}")
             return
         s = self._streams[task]
         self.finished += 1
-        ours = bool(s.parts) and split_header(''.join(s.parts[0]))[0] == split_header(text)[0]
+        ours = bool(s.parts) and split_header("".join(s.parts[0]))[0] == split_header(text)[0]
         if ours:
             s.parts.pop(0)
         if self._owner == task and ours:
-            rest = text[len(self._shown):] if text.startswith(self._shown) else f'\n{task}: {text}'
-            self._write(rest + '\n')
-            self._owner, self._shown = None, ''
+            rest = text[len(self._shown) :] if text.startswith(self._shown) else f"\n{task}: {text}"
+            self._write(rest + "\n")
+            self._owner, self._shown = None, ""
             for line in self._queued:
-                self._write(line + '\n')
+                self._write(line + "\n")
             self._queued.clear()
         else:
-            self._line(f'{task}: {text}')
+            self._line(f"{task}: {text}")
         self._stream_live()
 
     def _line(self, line: str) -> None:
         if self._owner is None:
-            self._write(line + '\n')
+            self._write(line + "\n")
         else:
             self._queued.append(line)
 
@@ -242,9 +242,9 @@ class LinePrinter:
             self._owner = next((t for t, s in self._streams.items() if s.parts), None)
             if self._owner is None:
                 return
-            self._write(f'{self._owner}: ')
+            self._write(f"{self._owner}: ")
         s = self._streams[self._owner]
-        now = ''.join(s.parts[0]) if s.parts else self._shown
+        now = "".join(s.parts[0]) if s.parts else self._shown
         if now.startswith(self._shown) and len(now) > len(self._shown):
-            self._write(now[len(self._shown):])
+            self._write(now[len(self._shown) :])
             self._shown = now

@@ -31,11 +31,11 @@ from sensor_msgs.msg import JointState
 
 from oxygen_ros.ros.convert.joints import JointStateError, joint_state_to_vector
 
-__all__ = ['JointStateDecoder']
+__all__ = ["JointStateDecoder"]
 
 _ORIGIN = 4  # CDR alignment counts from the end of the encapsulation header
-_CDR_LE = b'\x00\x01'
-_STAMP = struct.Struct('<iI')
+_CDR_LE = b"\x00\x01"
+_STAMP = struct.Struct("<iI")
 
 
 def _align(offset: int, size: int) -> int:
@@ -48,15 +48,15 @@ def _position_layout(data: bytes) -> tuple[list[tuple[int, int]], int, int]:
     offset of the position count, offset of the first float64). Padding bytes are not compared:
     a serializer may leave them uninitialised."""
     off = _ORIGIN + 8  # after stamp
-    (n,) = struct.unpack_from('<I', data, off)
+    (n,) = struct.unpack_from("<I", data, off)
     segments = [(off, off + 4 + n)]
     off = _align(off + 4 + n, 4)
-    (count,) = struct.unpack_from('<I', data, off)
+    (count,) = struct.unpack_from("<I", data, off)
     segments.append((off, off + 4))
     off += 4
     for _ in range(count):
         off = _align(off, 4)
-        (n,) = struct.unpack_from('<I', data, off)
+        (n,) = struct.unpack_from("<I", data, off)
         segments.append((off, off + 4 + n))
         off += 4 + n
     count_at = _align(off, 4)
@@ -107,7 +107,7 @@ class JointStateDecoder:
         try:
             msg = deserialize_message(data, JointState)
         except Exception as exc:  # rclpy raises plain exceptions for truncated/corrupt CDR
-            raise JointStateError(f'undecodable JointState ({len(data)} bytes): {exc}') from exc
+            raise JointStateError(f"undecodable JointState ({len(data)} bytes): {exc}") from exc
         out = joint_state_to_vector(msg, self.joint_names)  # raises JointStateError
         self.standard += 1
         self._learn(data, msg)
@@ -122,8 +122,8 @@ class JointStateDecoder:
             return
         try:
             segments, count_at, pos_at = _position_layout(data)
-            (n_pos,) = struct.unpack_from('<I', data, count_at)
-            positions = np.frombuffer(data, '<f8', n_pos, pos_at)
+            (n_pos,) = struct.unpack_from("<I", data, count_at)
+            positions = np.frombuffer(data, "<f8", n_pos, pos_at)
         except (struct.error, ValueError):
             return
         reference = np.asarray(msg.position, dtype=np.float64)
@@ -134,7 +134,7 @@ class JointStateDecoder:
             index.setdefault(name, i)
         picks = [index[n] for n in self.joint_names]
         self._pick = operator.itemgetter(*picks) if len(picks) > 1 else (lambda v, i=picks[0]: (v[i],))
-        self._positions = struct.Struct(f'<{n_pos}d')
+        self._positions = struct.Struct(f"<{n_pos}d")
         self._key_end, self._pos_at, self._end = count_at + 4, pos_at, pos_at + 8 * n_pos
         self._segments = segments
         self._key = [bytes(data[a:b]) for a, b in segments]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from sensor_msgs.msg import JointState
 
-__all__ = ['JointStateError', 'joint_state_to_vector']
+__all__ = ["JointStateError", "joint_state_to_vector"]
 
 
 class JointStateError(ValueError):
@@ -31,17 +31,15 @@ def joint_state_to_vector(msg: JointState, joint_names: Sequence[str]) -> np.nda
     names = list(msg.name)
     positions = np.asarray(msg.position, dtype=np.float64)
     if positions.shape[0] < len(names):
-        raise JointStateError(
-            f'JointState has {len(names)} names but only {positions.shape[0]} positions'
-        )
+        raise JointStateError(f"JointState has {len(names)} names but only {positions.shape[0]} positions")
     index: dict[str, int] = {}
     for i, name in enumerate(names):
         index.setdefault(name, i)
     missing = [name for name in joint_names if name not in index]
     if missing:
-        raise JointStateError(f'JointState lacks configured joints: {", ".join(missing)}')
+        raise JointStateError(f"JointState lacks configured joints: {', '.join(missing)}")
     out = positions[[index[name] for name in joint_names]]
     bad = [name for name, value in zip(joint_names, out, strict=True) if not math.isfinite(value)]
     if bad:
-        raise JointStateError(f'JointState has non-finite positions for joints: {", ".join(bad)}')
+        raise JointStateError(f"JointState has non-finite positions for joints: {', '.join(bad)}")
     return out

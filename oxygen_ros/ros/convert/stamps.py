@@ -8,7 +8,7 @@ from collections import OrderedDict
 from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
-__all__ = ['StampBook', 'make_header', 'sec_to_stamp', 'stamp_to_sec']
+__all__ = ["StampBook", "make_header", "sec_to_stamp", "stamp_to_sec"]
 
 _INT32_MAX = 2**31 - 1
 _NS = 1_000_000_000
@@ -27,13 +27,13 @@ def sec_to_stamp(t: float) -> Time:
     """
     t = float(t)
     if not math.isfinite(t):
-        raise ValueError(f'cannot convert non-finite time {t} to a stamp')
+        raise ValueError(f"cannot convert non-finite time {t} to a stamp")
     sec = math.floor(t)
     nanosec = round((t - sec) * _NS)
     if nanosec >= _NS:
         sec, nanosec = sec + 1, nanosec - _NS
     if not -(2**31) <= sec <= _INT32_MAX:
-        raise ValueError(f'time {t} s is outside the builtin_interfaces/Time range')
+        raise ValueError(f"time {t} s is outside the builtin_interfaces/Time range")
     return Time(sec=sec, nanosec=nanosec)
 
 
@@ -47,7 +47,7 @@ class StampBook:
 
     def __init__(self, capacity: int = 512) -> None:
         self._capacity = capacity
-        self._stamps: "OrderedDict[float, tuple[int, int]]" = OrderedDict()
+        self._stamps: OrderedDict[float, tuple[int, int]] = OrderedDict()
 
     def remember(self, stamp: Time) -> float:
         """Record ``stamp``; returns its float-seconds value (the key)."""

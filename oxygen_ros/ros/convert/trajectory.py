@@ -14,9 +14,9 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from oxygen_ros.core.action_space import RobotCommand
 from oxygen_ros.ros.convert.stamps import _NS, make_header
 
-__all__ = ['FIELDS', 'chunk_to_joint_trajectory', 'chunk_to_multi_array', 'command_messages', 'primary_values']
+__all__ = ["FIELDS", "chunk_to_joint_trajectory", "chunk_to_multi_array", "command_messages", "primary_values"]
 
-FIELDS = ('positions', 'velocities')
+FIELDS = ("positions", "velocities")
 
 
 def chunk_to_joint_trajectory(
@@ -24,8 +24,8 @@ def chunk_to_joint_trajectory(
     joint_names: Sequence[str],
     stamp: Time | float,
     control_period_s: float,
-    frame_id: str = '',
-    field: str = 'positions',
+    frame_id: str = "",
+    field: str = "positions",
 ) -> JointTrajectory:
     """Build a JointTrajectory from an action chunk.
 
@@ -49,31 +49,25 @@ def chunk_to_joint_trajectory(
             field.
     """
     if field not in FIELDS:
-        raise ValueError(f'field must be one of {FIELDS}, got {field!r}')
+        raise ValueError(f"field must be one of {FIELDS}, got {field!r}")
     arr = np.asarray(actions, dtype=np.float64)
     names = list(joint_names)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != len(names):
-        raise ValueError(
-            f'action chunk must be [H>=1, {len(names)}] for joints {names}, got {arr.shape}'
-        )
+        raise ValueError(f"action chunk must be [H>=1, {len(names)}] for joints {names}, got {arr.shape}")
     if not np.isfinite(arr).all():
         rows, cols = np.nonzero(~np.isfinite(arr))
         raise ValueError(
-            f'action chunk has {rows.size} non-finite values (first: step {rows[0]}, joint '
-            f'{names[cols[0]]!r}); refusing to publish'
+            f"action chunk has {rows.size} non-finite values (first: step {rows[0]}, joint "
+            f"{names[cols[0]]!r}); refusing to publish"
         )
     period = float(control_period_s)
     if not math.isfinite(period) or period <= 0.0:
-        raise ValueError(f'control_period_s must be finite and > 0, got {control_period_s}')
+        raise ValueError(f"control_period_s must be finite and > 0, got {control_period_s}")
     period_ns = period * _NS
     points = []
     for i, row in enumerate(arr):
         sec, nanosec = divmod(round((i + 1) * period_ns), _NS)
-        points.append(
-            JointTrajectoryPoint(
-                **{field: row.tolist()}, time_from_start=Duration(sec=sec, nanosec=nanosec)
-            )
-        )
+        points.append(JointTrajectoryPoint(**{field: row.tolist()}, time_from_start=Duration(sec=sec, nanosec=nanosec)))
     return JointTrajectory(header=make_header(stamp, frame_id), joint_names=names, points=points)
 
 
@@ -86,18 +80,21 @@ def chunk_to_multi_array(actions: np.ndarray, names: Sequence[str]) -> Float64Mu
     """
     arr = np.asarray(actions, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != len(names):
-        raise ValueError(f'command chunk must be [H>=1, {len(names)}], got {arr.shape}')
+        raise ValueError(f"command chunk must be [H>=1, {len(names)}], got {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError('command chunk has non-finite values; refusing to publish')
+        raise ValueError("command chunk has non-finite values; refusing to publish")
     h, n = arr.shape
     msg = Float64MultiArray(data=arr.reshape(-1).tolist())
-    msg.layout.dim = [MultiArrayDimension(label='step', size=h, stride=h * n),
-                      MultiArrayDimension(label=','.join(names), size=n, stride=n)]
+    msg.layout.dim = [
+        MultiArrayDimension(label="step", size=h, stride=h * n),
+        MultiArrayDimension(label=",".join(names), size=n, stride=n),
+    ]
     return msg
 
 
-def command_messages(cmd: RobotCommand, stamp: Time | float, control_period_s: float, frame_id: str = ''
-                     ) -> tuple[JointTrajectory | Float64MultiArray, JointTrajectory | None]:
+def command_messages(
+    cmd: RobotCommand, stamp: Time | float, control_period_s: float, frame_id: str = ""
+) -> tuple[JointTrajectory | Float64MultiArray, JointTrajectory | None]:
     """The messages of one robot command chunk: (for ``action_topic``, for ``position_action_topic``).
 
     * joint positions only (absolute / delta spaces): a positions JointTrajectory, None;
@@ -111,10 +108,14 @@ def command_messages(cmd: RobotCommand, stamp: Time | float, control_period_s: f
     if cmd.ee is not None:
         return chunk_to_multi_array(cmd.ee, cmd.ee_names), None
     if cmd.velocity_joints:
-        vel = chunk_to_joint_trajectory(cmd.velocities, cmd.velocity_joints, stamp, control_period_s, frame_id,
-                                        field='velocities')
-        pos = chunk_to_joint_trajectory(cmd.positions, cmd.position_joints, stamp, control_period_s,
-                                        frame_id) if cmd.position_joints else None
+        vel = chunk_to_joint_trajectory(
+            cmd.velocities, cmd.velocity_joints, stamp, control_period_s, frame_id, field="velocities"
+        )
+        pos = (
+            chunk_to_joint_trajectory(cmd.positions, cmd.position_joints, stamp, control_period_s, frame_id)
+            if cmd.position_joints
+            else None
+        )
         return vel, pos
     return chunk_to_joint_trajectory(cmd.positions, cmd.position_joints, stamp, control_period_s, frame_id), None
 
@@ -123,7 +124,7 @@ def primary_values(cmd: RobotCommand) -> tuple[tuple[str, ...], np.ndarray, str]
     """(names, ``[H, n]`` values, ``'position'`` / ``'velocity'`` / ``'ee'``) of what ``action_topic``
     carries — what the per-step command stream steps through."""
     if cmd.ee is not None:
-        return cmd.ee_names, cmd.ee, 'ee'
+        return cmd.ee_names, cmd.ee, "ee"
     if cmd.velocity_joints:
-        return cmd.velocity_joints, cmd.velocities, 'velocity'
-    return cmd.position_joints, cmd.positions, 'position'
+        return cmd.velocity_joints, cmd.velocities, "velocity"
+    return cmd.position_joints, cmd.positions, "position"

@@ -31,9 +31,9 @@ from sensor_msgs.msg import Image, JointState
 from oxygen_ros.ros.convert import rgb_to_image_msg, sec_to_stamp
 from oxygen_ros.ros.qos import sensor_data_qos
 
-__all__ = ['phase_of', 'main']
+__all__ = ["phase_of", "main"]
 
-CAMERA_TOPICS = ('cam_high/image_raw', 'cam_left_wrist/image_raw', 'cam_right_wrist/image_raw')
+CAMERA_TOPICS = ("cam_high/image_raw", "cam_left_wrist/image_raw", "cam_right_wrist/image_raw")
 
 
 def phase_of(t: float, start: float, window: float, phases: int) -> int:
@@ -44,17 +44,21 @@ def phase_of(t: float, start: float, window: float, phases: int) -> int:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--joints', nargs='+', required=True, help='joint names (in message order)')
-    ap.add_argument('--camera-hz', type=float, default=30.0)
-    ap.add_argument('--low-hz', type=float, default=30.0, help='joint-state rate in even phases')
-    ap.add_argument('--high-hz', type=float, default=1000.0, help='joint-state rate in odd phases')
-    ap.add_argument('--start', type=float, required=True, help='CLOCK_MONOTONIC start of phase 0, s')
-    ap.add_argument('--window', type=float, default=8.0, help='phase length, s')
-    ap.add_argument('--phases', type=int, default=8)
-    ap.add_argument('--size', type=int, default=224, help='square camera image side, pixels')
-    ap.add_argument('--decoy', default='', help='in low phases, publish the high-rate stream on this '
-                    'topic (nobody subscribes): the same publisher load in every phase')
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--joints", nargs="+", required=True, help="joint names (in message order)")
+    ap.add_argument("--camera-hz", type=float, default=30.0)
+    ap.add_argument("--low-hz", type=float, default=30.0, help="joint-state rate in even phases")
+    ap.add_argument("--high-hz", type=float, default=1000.0, help="joint-state rate in odd phases")
+    ap.add_argument("--start", type=float, required=True, help="CLOCK_MONOTONIC start of phase 0, s")
+    ap.add_argument("--window", type=float, default=8.0, help="phase length, s")
+    ap.add_argument("--phases", type=int, default=8)
+    ap.add_argument("--size", type=int, default=224, help="square camera image side, pixels")
+    ap.add_argument(
+        "--decoy",
+        default="",
+        help="in low phases, publish the high-rate stream on this "
+        "topic (nobody subscribes): the same publisher load in every phase",
+    )
     return ap.parse_args(argv)
 
 
@@ -63,16 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     a = _parse(argv)
     ctx = Context()
     rclpy.init(context=ctx, signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node('ingress_feed', context=ctx)
+    node = rclpy.create_node("ingress_feed", context=ctx)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     qos = sensor_data_qos(5)
     cams = [node.create_publisher(Image, t, qos) for t in CAMERA_TOPICS]
-    joints = node.create_publisher(JointState, 'joint_states', qos)
+    joints = node.create_publisher(JointState, "joint_states", qos)
     decoy = node.create_publisher(JointState, a.decoy, qos) if a.decoy else None
     picture = np.random.default_rng(0).integers(0, 256, (a.size, a.size, 3), dtype=np.uint8)
-    template = rgb_to_image_msg(picture, 'rgb8')
+    template = rgb_to_image_msg(picture, "rgb8")
     names = list(a.joints)
     sent_js = [0] * (a.phases + 2)  # index phase + 1
     sent_img = [0] * (a.phases + 2)
@@ -92,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if now >= next_cam:
             stamp = sec_to_stamp(time.time())
             for pub in cams:
-                msg = Image(height=template.height, width=template.width, encoding='rgb8',
-                            step=template.step)
+                msg = Image(height=template.height, width=template.width, encoding="rgb8", step=template.step)
                 msg.data = template.data  # bytes: fast
                 msg.header.stamp = stamp
                 pub.publish(msg)
@@ -115,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if wait > 0:
             stop.wait(wait)
         now = time.monotonic()
-    print(json.dumps({'joint_states': sent_js, 'images': sent_img}), flush=True)
+    print(json.dumps({"joint_states": sent_js, "images": sent_img}), flush=True)
     node.destroy_node()
     ctx.try_shutdown()
     return 0
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -37,30 +37,48 @@ import numpy as np
 
 # rclpy and the messages are imported where the probe starts: `--help` answers before them
 
-__all__ = ['ATTACKS', 'UNCHECKED_GAP', 'HostileProbe', 'gap_allowed', 'png_bomb', 'run_attacks', 'main']
+__all__ = ["ATTACKS", "UNCHECKED_GAP", "HostileProbe", "gap_allowed", "png_bomb", "run_attacks", "main"]
 
-CONFIG = Path(__file__).resolve().parents[3] / 'config' / 'oxygen.yaml'
-CAMERAS = {'base_0_rgb': 'cam_high/image_raw/compressed', 'left_wrist_0_rgb': 'cam_left_wrist/image_raw/compressed',
-           'right_wrist_0_rgb': 'cam_right_wrist/image_raw/compressed'}
-JOINTS = ('left_waist', 'left_shoulder', 'left_elbow', 'left_forearm_roll', 'left_wrist_angle', 'left_wrist_rotate',
-          'left_gripper', 'right_waist', 'right_shoulder', 'right_elbow', 'right_forearm_roll',
-          'right_wrist_angle', 'right_wrist_rotate', 'right_gripper')
+CONFIG = Path(__file__).resolve().parents[3] / "config" / "oxygen.yaml"
+CAMERAS = {
+    "base_0_rgb": "cam_high/image_raw/compressed",
+    "left_wrist_0_rgb": "cam_left_wrist/image_raw/compressed",
+    "right_wrist_0_rgb": "cam_right_wrist/image_raw/compressed",
+}
+JOINTS = (
+    "left_waist",
+    "left_shoulder",
+    "left_elbow",
+    "left_forearm_roll",
+    "left_wrist_angle",
+    "left_wrist_rotate",
+    "left_gripper",
+    "right_waist",
+    "right_shoulder",
+    "right_elbow",
+    "right_forearm_roll",
+    "right_wrist_angle",
+    "right_wrist_rotate",
+    "right_gripper",
+)
 
 
 def png_bomb(side: int) -> bytes:
     """A valid PNG of ``side`` x ``side`` black 8-bit grey pixels, a few hundred KB: the deflate
     stream of all-zero rows (filter byte 0 is a zero too), compressed in 4 MiB pieces so nothing of
     the decoded size is ever held here."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     z, piece = zlib.compressobj(9), bytes(4 << 20)
     left, parts = side * (side + 1), []
     while left > 0:
-        parts.append(z.compress(piece[:min(left, len(piece))]))
+        parts.append(z.compress(piece[: min(left, len(piece))]))
         left -= len(piece)
     parts.append(z.flush())
-    header = struct.pack('>IIBBBBB', side, side, 8, 0, 0, 0, 0)
-    return b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', header) + chunk(b'IDAT', b''.join(parts)) + chunk(b'IEND', b'')
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(parts)) + chunk(b"IEND", b"")
 
 
 class HostileProbe:
@@ -84,18 +102,22 @@ class HostileProbe:
         # chunks are timed by a participant of their own, spun by its own thread: the text flood an
         # attack provokes must not delay the receive times it measures
         self._spins = []
-        timing = self._participant(domain, 'hostile_inputs_timing')
-        timing.create_subscription(JointTrajectory, 'action_chunk', self._on_chunk, reliable_qos(100))
-        n = self.node = self._participant(domain, 'hostile_inputs')
-        n.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, reliable_qos(100))
-        n.create_subscription(String, 'conversation/text', lambda m: self._add(self.texts, (time.monotonic(), m.data)),
-                              reliable_keep_all_qos())
+        timing = self._participant(domain, "hostile_inputs_timing")
+        timing.create_subscription(JointTrajectory, "action_chunk", self._on_chunk, reliable_qos(100))
+        n = self.node = self._participant(domain, "hostile_inputs")
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(100))
+        n.create_subscription(
+            String,
+            "conversation/text",
+            lambda m: self._add(self.texts, (time.monotonic(), m.data)),
+            reliable_keep_all_qos(),
+        )
         self.cams = {s: n.create_publisher(CompressedImage, t, sensor_data_qos(5)) for s, t in CAMERAS.items()}
-        self.joints = n.create_publisher(JointState, 'joint_states', sensor_data_qos(5))
-        self.ask = n.create_publisher(String, 'ask', reliable_keep_all_qos())
-        self.instruction = n.create_publisher(String, 'instruction', reliable_qos())
+        self.joints = n.create_publisher(JointState, "joint_states", sensor_data_qos(5))
+        self.ask = n.create_publisher(String, "ask", reliable_keep_all_qos())
+        self.instruction = n.create_publisher(String, "instruction", reliable_qos())
         picture = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
-        self.jpeg = rgb_to_compressed_msg(picture, 'jpeg')
+        self.jpeg = rgb_to_compressed_msg(picture, "jpeg")
         self.rate_hz = rate_hz
         self.joint_offset_s = 0.0
         self.replace: dict[str, tuple[str, bytes]] = {}  # slot -> (format, payload) for the next tick
@@ -128,7 +150,7 @@ class HostileProbe:
 
     def _on_diag(self, msg: Any) -> None:  # diagnostic_msgs/DiagnosticArray
         for s in msg.status:
-            if s.name.endswith(': inference'):
+            if s.name.endswith(": inference"):
                 self._add(self.diags, (time.monotonic(), s.level[0], s.message, {kv.key: kv.value for kv in s.values}))
 
     @staticmethod
@@ -143,6 +165,7 @@ class HostileProbe:
 
     def _feed(self) -> None:
         from sensor_msgs.msg import CompressedImage, JointState
+
         from oxygen_ros.ros.convert import sec_to_stamp
 
         period, k = 1.0 / self.rate_hz, 0
@@ -192,16 +215,20 @@ class HostileProbe:
         self._stop.set()
         self._feeder.join(5)
         from oxygen_ros.ros.distro import close_context
+
         for context, node, executor, thread in self._spins:
             close_context(context, [node], executor, thread)
 
 
 def _ask(size: int) -> Callable[[HostileProbe], tuple[str, Callable[[HostileProbe, float], str | None]]]:
     def attack(p: HostileProbe):
-        p.ask.publish(p.ask.msg_type(data='x' * size))
+        p.ask.publish(p.ask.msg_type(data="x" * size))
+
         def answered(p: HostileProbe, t0: float) -> str | None:
-            return next((m for m in p.texts_since(t0) if 'engine.max_request_chars' in m), None)
-        return f'one ask of {size / 2**20:.0f} MiB', answered
+            return next((m for m in p.texts_since(t0) if "engine.max_request_chars" in m), None)
+
+        return f"one ask of {size / 2**20:.0f} MiB", answered
+
     return attack
 
 
@@ -215,66 +242,77 @@ def _image(side: int | None, fmt: str, payload: Callable[[], bytes], what: str, 
     def attack(p: HostileProbe):
         prepare()
         data = made[0]
-        for i in range(repeat):
-            p.replace['base_0_rgb'] = (fmt, data)
+        for _ in range(repeat):
+            p.replace["base_0_rgb"] = (fmt, data)
             time.sleep(1.0 / p.rate_hz)
         return what, lambda p, t0: (d := p.diag_with(expect, t0)) and d[1]
+
     attack.prepare = prepare  # type: ignore[attr-defined]
     return attack
 
 
 def _instruction(p: HostileProbe):
-    p.instruction.publish(p.instruction.msg_type(data='pick up the cube ' * 600_000))
-    return 'one instruction of 10 MB', lambda p, t0: (d := p.diag_with('instruction_too_long', t0)) and d[1]
+    p.instruction.publish(p.instruction.msg_type(data="pick up the cube " * 600_000))
+    return "one instruction of 10 MB", lambda p, t0: (d := p.diag_with("instruction_too_long", t0)) and d[1]
 
 
 def _flood(n: int):
     def attack(p: HostileProbe):
-        before = int(p.latest_values().get('asks', 0))
+        before = int(p.latest_values().get("asks", 0))
         for i in range(n):
-            p.ask.publish(p.ask.msg_type(data=f'flood {i}?'))
+            p.ask.publish(p.ask.msg_type(data=f"flood {i}?"))
 
         def answered(p: HostileProbe, t0: float) -> str | None:
-            got = int(p.latest_values().get('asks', 0)) - before
-            ended = sum(1 for m in p.texts_since(t0) if 'Q: flood ' in m)
-            return f'{got} asks taken, {ended} answered or refused' if ended >= n else None
-        return f'{n} asks in one burst', answered
+            got = int(p.latest_values().get("asks", 0)) - before
+            ended = sum(1 for m in p.texts_since(t0) if "Q: flood " in m)
+            return f"{got} asks taken, {ended} answered or refused" if ended >= n else None
+
+        return f"{n} asks in one burst", answered
+
     return attack
 
 
 def _future_joints(p: HostileProbe):
     p.joint_offset_s = 86400.0
-    return 'joint states stamped a day ahead', lambda p, t0: (d := p.diag_with('stamped', t0)) and d[1]
+    return "joint states stamped a day ahead", lambda p, t0: (d := p.diag_with("stamped", t0)) and d[1]
 
 
 #: Attacks whose chunk gap is reported but not checked, and why: while joint states are stamped a
 #: day ahead no observation can be assembled (no chunk is due; the node must say why), and a burst
 #: of 1,000 asks is 1,000 callbacks of real work for the node's executor thread (the check there is
 #: that every ask is taken and answered).
-UNCHECKED_GAP = {'joints_day_ahead': 'no observation can be assembled', 'asks_1000': 'a burst is CPU work'}
+UNCHECKED_GAP = {"joints_day_ahead": "no observation can be assembled", "asks_1000": "a burst is CPU work"}
 #: name -> attack: ``attack(probe)`` starts it and returns (description, ``done(probe, t0)`` giving
 #: what the node said, or None while it has said nothing yet).
 ATTACKS: dict[str, Callable[[HostileProbe], tuple[str, Callable[[HostileProbe, float], str | None]]]] = {
-    'ask_10mb': _ask(10 * 2**20),
-    'ask_1mb': _ask(2**20),
-    'png_20000': _image(20000, 'png', lambda: png_bomb(20000), 'a 20000x20000 PNG', 'image_too_large'),
-    'png_30000': _image(30000, 'png', lambda: png_bomb(30000), 'a 30000x30000 PNG (x5: 854 KB, best effort)',
-                        'image_too_large', repeat=5),
-    'png_corrupt': _image(None, 'png', lambda: png_bomb(64)[:60], '30 truncated PNGs', 'bad_image', repeat=30),
-    'not_an_image': _image(None, 'jpeg', lambda: b'GIF89a' + bytes(200), 'a GIF labelled jpeg', 'bad_image'),
-    'instruction_10mb': _instruction,
-    'asks_1000': _flood(1000),
-    'joints_day_ahead': _future_joints,
+    "ask_10mb": _ask(10 * 2**20),
+    "ask_1mb": _ask(2**20),
+    "png_20000": _image(20000, "png", lambda: png_bomb(20000), "a 20000x20000 PNG", "image_too_large"),
+    "png_30000": _image(
+        30000,
+        "png",
+        lambda: png_bomb(30000),
+        "a 30000x30000 PNG (x5: 854 KB, best effort)",
+        "image_too_large",
+        repeat=5,
+    ),
+    "png_corrupt": _image(None, "png", lambda: png_bomb(64)[:60], "30 truncated PNGs", "bad_image", repeat=30),
+    "not_an_image": _image(None, "jpeg", lambda: b"GIF89a" + bytes(200), "a GIF labelled jpeg", "bad_image"),
+    "instruction_10mb": _instruction,
+    "asks_1000": _flood(1000),
+    "joints_day_ahead": _future_joints,
 }
 
 
-def run_attacks(probe: HostileProbe, pid: int, names: list[str], phase_s: float, baseline_s: float = 5.0
-                ) -> dict[str, Any]:
+def run_attacks(
+    probe: HostileProbe, pid: int, names: list[str], phase_s: float, baseline_s: float = 5.0
+) -> dict[str, Any]:
     """Run ``names`` one after the other against the node process ``pid`` (already publishing
     chunks), each for ``phase_s`` seconds (longer while the node has not answered, up to 3x).
 
     Returns:
-        ``{'baseline_period_s', 'baseline_max_gap_s', 'phases': [{name, what, max_gap_s, gap_periods, max_stamp_gap_s, chunks,
+        ``{'baseline_period_s', 'baseline_max_gap_s', 'phases': [{name, what, max_gap_s, gap_periods,
+        max_stamp_gap_s, chunks,
         rss_mb_before, rss_mb_after, answer}]}``: ``max_gap_s`` between chunk receive times (the phase's
         start and end included), ``max_stamp_gap_s`` between their header stamps (observation times:
         the node's own cadence, free of this process's receive delays).
@@ -283,12 +321,12 @@ def run_attacks(probe: HostileProbe, pid: int, names: list[str], phase_s: float,
 
     proc = psutil.Process(pid)
     for name in names:  # payloads first (a bomb is seconds of zlib): no phase follows that load
-        getattr(ATTACKS[name], 'prepare', lambda: None)()
+        getattr(ATTACKS[name], "prepare", lambda: None)()
     t0 = time.monotonic()
     time.sleep(baseline_s)
     base = np.diff(probe.chunk_times(t0, time.monotonic()))
-    period = float(np.median(base)) if base.size else float('nan')
-    base_gap = float(np.max(base)) if base.size else float('nan')
+    period = float(np.median(base)) if base.size else float("nan")
+    base_gap = float(np.max(base)) if base.size else float("nan")
     rows = []
     for name in names:
         rss0 = proc.memory_info().rss / 2**20
@@ -305,46 +343,56 @@ def run_attacks(probe: HostileProbe, pid: int, names: list[str], phase_s: float,
         times = [start] + probe.chunk_times(start, end) + [end]
         gap = float(np.max(np.diff(times)))
         stamps = probe.chunk_stamps(start - 1.0, end)
-        stamp_gap = float(np.max(np.diff(stamps))) if len(stamps) > 1 else float('nan')
-        rows.append({'name': name, 'what': what, 'max_gap_s': gap, 'gap_periods': gap / period,
-                     'max_stamp_gap_s': stamp_gap,
-                     'chunks': len(times) - 2, 'rss_mb_before': rss0, 'rss_mb_after': proc.memory_info().rss / 2**20,
-                     'answer': answer})
+        stamp_gap = float(np.max(np.diff(stamps))) if len(stamps) > 1 else float("nan")
+        rows.append(
+            {
+                "name": name,
+                "what": what,
+                "max_gap_s": gap,
+                "gap_periods": gap / period,
+                "max_stamp_gap_s": stamp_gap,
+                "chunks": len(times) - 2,
+                "rss_mb_before": rss0,
+                "rss_mb_after": proc.memory_info().rss / 2**20,
+                "answer": answer,
+            }
+        )
         time.sleep(1.0)  # let the node settle before the next attack
-    return {'baseline_period_s': period, 'baseline_max_gap_s': base_gap, 'phases': rows}
+    return {"baseline_period_s": period, "baseline_max_gap_s": base_gap, "phases": rows}
 
 
 def gap_allowed(report: dict[str, Any]) -> float:
     """The longest chunk gap an attack may cause, seconds: one chunk period more than the longest gap
     of the baseline (the same node and machine with no attack) — an attack may cost one frame."""
-    return report['baseline_max_gap_s'] + report['baseline_period_s']
+    return report["baseline_max_gap_s"] + report["baseline_period_s"]
 
 
 def node_command(model: str, params_file: Path, extra: list[str]) -> list[str]:
     """The node process's command line: ``model``, one thread, the three JPEG cameras."""
-    params = {'model': model, 'num_threads': 1, 'diagnostics_period_s': 0.25, 'tasks.memory.every_n_frames': 0}
+    params = {"model": model, "num_threads": 1, "diagnostics_period_s": 0.25, "tasks.memory.every_n_frames": 0}
     for slot, topic in CAMERAS.items():
-        params[f'cameras.{slot}.topic'], params[f'cameras.{slot}.type'] = topic, 'compressed'
-    cmd = [sys.executable, '-m', 'oxygen_ros.ros.node', '--ros-args', '--params-file', str(params_file)]
+        params[f"cameras.{slot}.topic"], params[f"cameras.{slot}.type"] = topic, "compressed"
+    cmd = [sys.executable, "-m", "oxygen_ros.ros.node", "--ros-args", "--params-file", str(params_file)]
     for key, value in params.items():
-        cmd += ['-p', f'{key}:={value}']
+        cmd += ["-p", f"{key}:={value}"]
     for item in extra:
-        cmd += ['-p', item]
+        cmd += ["-p", item]
     return cmd
 
 
 def _run(a: argparse.Namespace, domain: int) -> dict[str, Any]:
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', PYTHONUNBUFFERED='1')
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
     probe = HostileProbe(domain)
     node = None
     try:
-        with open(a.log, 'wb') as log:
-            node = subprocess.Popen(node_command(a.model, a.params_file, a.node_param), env=env, stdout=log,
-                                    stderr=subprocess.STDOUT)
+        with open(a.log, "wb") as log:
+            node = subprocess.Popen(
+                node_command(a.model, a.params_file, a.node_param), env=env, stdout=log, stderr=subprocess.STDOUT
+            )
             deadline = time.monotonic() + 240.0
-            while len(probe.chunk_times(0.0, float('inf'))) < 10:
+            while len(probe.chunk_times(0.0, float("inf"))) < 10:
                 if time.monotonic() > deadline or node.poll() is not None:
-                    raise RuntimeError(f'no action chunks from the node; see {a.log}')
+                    raise RuntimeError(f"no action chunks from the node; see {a.log}")
                 time.sleep(0.2)
             report = run_attacks(probe, node.pid, a.attack or list(ATTACKS), a.phase_s)
     finally:
@@ -355,45 +403,55 @@ def _run(a: argparse.Namespace, domain: int) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 node.kill()
         probe.close()
-    report['node_exit'] = None if node is None else node.returncode
-    report['command'] = ' '.join(['hostile_inputs'] + sys.argv[1:])
+    report["node_exit"] = None if node is None else node.returncode
+    report["command"] = " ".join(["hostile_inputs"] + sys.argv[1:])
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``hostile_inputs``: run the attacks, print the table; exit 1 if a check failed."""
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('--model', default='pi05-tiny')
-    ap.add_argument('--params-file', type=Path, default=CONFIG)
-    ap.add_argument('--node-param', action='append', default=[], help='extra node parameter k:=v')
-    ap.add_argument('--attack', action='append', choices=list(ATTACKS), help='run only these (repeatable)')
-    ap.add_argument('--phase-s', type=float, default=6.0, help='seconds per attack')
-    ap.add_argument('--json', type=Path, default=None, help='write the report here')
-    ap.add_argument('--log', type=Path, default=Path(tempfile.gettempdir()) / 'hostile_node.log', help='node output')
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="pi05-tiny")
+    ap.add_argument("--params-file", type=Path, default=CONFIG)
+    ap.add_argument("--node-param", action="append", default=[], help="extra node parameter k:=v")
+    ap.add_argument("--attack", action="append", choices=list(ATTACKS), help="run only these (repeatable)")
+    ap.add_argument("--phase-s", type=float, default=6.0, help="seconds per attack")
+    ap.add_argument("--json", type=Path, default=None, help="write the report here")
+    ap.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "hostile_node.log", help="node output")
     a = ap.parse_args(argv)
     from domain_coordinator import domain_id
+
     with domain_id() as dom:
         report = _run(a, dom)
-    period = report['baseline_period_s']
-    print(f'baseline, no attack: median chunk period {period * 1e3:.0f} ms, longest gap '
-          f'{report["baseline_max_gap_s"] * 1e3:.0f} ms')
-    print(f'{"attack":<18} {"longest gap":>11} {"periods":>7} {"stamp gap":>9} {"RSS MB before -> after":>22}  answer')
+    period = report["baseline_period_s"]
+    print(
+        f"baseline, no attack: median chunk period {period * 1e3:.0f} ms, longest gap "
+        f"{report['baseline_max_gap_s'] * 1e3:.0f} ms"
+    )
+    print(f"{'attack':<18} {'longest gap':>11} {'periods':>7} {'stamp gap':>9} {'RSS MB before -> after':>22}  answer")
     ok = True
-    for r in report['phases']:
-        fine = ((r['max_gap_s'] <= gap_allowed(report) or r['name'] in UNCHECKED_GAP)
-                and r['rss_mb_after'] - r['rss_mb_before'] <= 100 and r['answer'])
+    for r in report["phases"]:
+        fine = (
+            (r["max_gap_s"] <= gap_allowed(report) or r["name"] in UNCHECKED_GAP)
+            and r["rss_mb_after"] - r["rss_mb_before"] <= 100
+            and r["answer"]
+        )
         ok = ok and bool(fine)
-        print(f'{r["name"]:<18} {r["max_gap_s"] * 1e3:>8.0f} ms {r["gap_periods"]:>7.2f} '
-              f'{r["max_stamp_gap_s"] * 1e3:>6.0f} ms '
-              f'{r["rss_mb_before"]:>10.0f} -> {r["rss_mb_after"]:<9.0f}  {(r["answer"] or "NOTHING")[:110]}'
-              + ('' if fine else '   <-- check failed'))
-    print(f'node exit status {report["node_exit"]}; checks: longest gap <= the baseline\'s + one period '
-          f'({gap_allowed(report) * 1e3:.0f} ms; not for {", ".join(UNCHECKED_GAP)}), RSS growth <= 100 MB, a named '
-          'answer: ' + ('all passed' if ok else 'FAILED'))
+        print(
+            f"{r['name']:<18} {r['max_gap_s'] * 1e3:>8.0f} ms {r['gap_periods']:>7.2f} "
+            f"{r['max_stamp_gap_s'] * 1e3:>6.0f} ms "
+            f"{r['rss_mb_before']:>10.0f} -> {r['rss_mb_after']:<9.0f}  {(r['answer'] or 'NOTHING')[:110]}"
+            + ("" if fine else "   <-- check failed")
+        )
+    print(
+        f"node exit status {report['node_exit']}; checks: longest gap <= the baseline's + one period "
+        f"({gap_allowed(report) * 1e3:.0f} ms; not for {', '.join(UNCHECKED_GAP)}), RSS growth <= 100 MB, a named "
+        "answer: " + ("all passed" if ok else "FAILED")
+    )
     if a.json is not None:
         a.json.write_text(json.dumps(report, indent=1))
-    return 0 if ok and report['node_exit'] == 0 else 1
+    return 0 if ok and report["node_exit"] == 0 else 1
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

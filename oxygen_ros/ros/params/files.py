@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ['check_node_arguments', 'check_params_file', 'split_ros_arguments']
+__all__ = ["check_node_arguments", "check_params_file", "split_ros_arguments"]
 
 _ROS_ARGS_HELP = """ROS arguments (after --ros-args, as for every ROS 2 node):
   --params-file FILE        parameters from a YAML file (ros__parameters)
@@ -34,10 +34,10 @@ def check_params_file(argument: str, path: str, shipped: Callable[[], Path]) -> 
     """
     if os.path.isfile(path):
         return path
-    why = 'is a folder, not a parameter file' if os.path.isdir(path) else 'does not exist'
-    where = '' if os.path.isabs(path) else f' (relative to {os.getcwd()})'
+    why = "is a folder, not a parameter file" if os.path.isdir(path) else "does not exist"
+    where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()})"
     folder = shipped()
-    names = ', '.join(sorted(p.name for p in folder.glob('*.yaml')))
+    names = ", ".join(sorted(p.name for p in folder.glob("*.yaml")))
     raise FileNotFoundError(f"{argument}:={path}: {why}{where}; the package's own are in {folder}: {names}")
 
 
@@ -48,11 +48,11 @@ def split_ros_arguments(args: Sequence[str]) -> tuple[list[str], list[str]]:
     other: list[str] = []
     inside = False
     for a in args:
-        if a == '--ros-args':
+        if a == "--ros-args":
             inside = True
         if inside:
             ros.append(a)
-            inside = a != '--'
+            inside = a != "--"
         else:
             other.append(a)
     return ros, other
@@ -68,8 +68,12 @@ def check_node_arguments(prog: str, description: str, args: Sequence[str] | None
     Raises:
         SystemExit: 0 after the help, 2 for an argument that is not a ROS argument.
     """
-    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=_ROS_ARGS_HELP,
-                                     usage=f'{prog} [-h] [--ros-args ...]',
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=_ROS_ARGS_HELP,
+        usage=f"{prog} [-h] [--ros-args ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _, other = split_ros_arguments((sys.argv if args is None else args)[1:])
     parser.parse_args(other)

@@ -30,27 +30,38 @@ from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.ros.params.node_config import NodeConfig, node_specs
 from oxygen_ros.ros.params.specs import check_value, task_specs
 
-__all__ = ['LIVE_NODE_PARAMS', 'LiveUpdate', 'is_live', 'live_update', 'refusal', 'updated_config']
+__all__ = ["LIVE_NODE_PARAMS", "LiveUpdate", "is_live", "live_update", "refusal", "updated_config"]
 
 #: Node-level parameters read where they are used (the assembler, the command stream, the text
 #: streams, the diagnostics timer), so a new value applies from the next message or period.
-LIVE_NODE_PARAMS = frozenset({
-    'instruction', 'state_tolerance_s', 'camera_max_age_s', 'camera_sync_s', 'time_jump_s',
-    'command_max_hold_s', 'text_header', 'diagnostics_period_s', 'input_timeout_s',
-    'max_instruction_chars', 'max_image_pixels', 'chunk_timeout_s',
-})
+LIVE_NODE_PARAMS = frozenset(
+    {
+        "instruction",
+        "state_tolerance_s",
+        "camera_max_age_s",
+        "camera_sync_s",
+        "time_jump_s",
+        "command_max_hold_s",
+        "text_header",
+        "diagnostics_period_s",
+        "input_timeout_s",
+        "max_instruction_chars",
+        "max_image_pixels",
+        "chunk_timeout_s",
+    }
+)
 #: Parameters rclpy itself owns and handles (the clock source); never refused here.
-RCLPY_PARAMS = frozenset({'use_sim_time', 'start_type_description_service'})
+RCLPY_PARAMS = frozenset({"use_sim_time", "start_type_description_service"})
 
 
 def is_live(name: str) -> bool:
     """Whether parameter ``name`` is applied live by a configured node (module doc)."""
-    parts = name.split('.')
-    if len(parts) == 2 and parts[0] == 'engine':
+    parts = name.split(".")
+    if len(parts) == 2 and parts[0] == "engine":
         return parts[1] in LIVE_ENGINE_FIELDS
-    if len(parts) == 2 and parts[0] == 'rtc':
+    if len(parts) == 2 and parts[0] == "rtc":
         return parts[1] in LIVE_RTC_FIELDS
-    if len(parts) == 3 and parts[0] == 'tasks':
+    if len(parts) == 3 and parts[0] == "tasks":
         return parts[2] in LIVE_TASK_FIELDS
     return name in LIVE_NODE_PARAMS or name in RCLPY_PARAMS
 
@@ -58,13 +69,18 @@ def is_live(name: str) -> bool:
 def refusal(name: str, state: str) -> str:
     """Why setting ``name`` is refused in lifecycle ``state`` (``inactive`` / ``active``) and how
     to apply it instead."""
-    if name == 'autostart':
-        return 'autostart is read once, at start-up (it decides whether main() configures and activates)'
-    steps = 'deactivate, cleanup, set it, configure, activate' if state == 'active' else \
-        'cleanup, set it, configure, activate'
-    return (f'{name} is read at configure (it sizes, loads or connects something) and cannot change '
-            f'while the node is {state}; to apply it: {steps} '
-            f'(oxygen lifecycle …, or ros2 lifecycle set on apt ROS)')
+    if name == "autostart":
+        return "autostart is read once, at start-up (it decides whether main() configures and activates)"
+    steps = (
+        "deactivate, cleanup, set it, configure, activate"
+        if state == "active"
+        else "cleanup, set it, configure, activate"
+    )
+    return (
+        f"{name} is read at configure (it sizes, loads or connects something) and cannot change "
+        f"while the node is {state}; to apply it: {steps} "
+        f"(oxygen lifecycle …, or ros2 lifecycle set on apt ROS)"
+    )
 
 
 def updated_config(cfg: NodeConfig, values: dict[str, Any]) -> NodeConfig:
@@ -77,12 +93,12 @@ def updated_config(cfg: NodeConfig, values: dict[str, Any]) -> NodeConfig:
     for name, value in values.items():
         if not is_live(name) or name in RCLPY_PARAMS:
             raise KeyError(name)
-        parts = name.split('.')
-        if parts[0] == 'engine':
+        parts = name.split(".")
+        if parts[0] == "engine":
             engine = dataclasses.replace(engine, **{parts[1]: value})
-        elif parts[0] == 'rtc':
+        elif parts[0] == "rtc":
             rtc = dataclasses.replace(rtc, **{parts[1]: value})
-        elif parts[0] == 'tasks':
+        elif parts[0] == "tasks":
             engine = replace_task(engine, parts[1], **{parts[2]: value})
         else:
             plain[name] = value
@@ -113,9 +129,17 @@ def checked_values(cfg: NodeConfig, params: dict[str, Any], state: str) -> tuple
 def _unchanged(current: Any, value: Any) -> bool:
     if isinstance(value, (list, tuple)) or isinstance(current, (list, tuple)):
         return isinstance(current, (list, tuple)) and isinstance(value, (list, tuple)) and list(value) == list(current)
-    return type(value) is type(current) and value == current or (
-        isinstance(value, (int, float)) and isinstance(current, (int, float)) and not isinstance(value, bool)
-        and not isinstance(current, bool) and float(value) == float(current))
+    return (
+        type(value) is type(current)
+        and value == current
+        or (
+            isinstance(value, (int, float))
+            and isinstance(current, (int, float))
+            and not isinstance(value, bool)
+            and not isinstance(current, bool)
+            and float(value) == float(current)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -134,8 +158,14 @@ class LiveUpdate:
     changed: frozenset[str]
 
 
-def live_update(cfg: NodeConfig, engine: EngineConfig, rtc: RTCConfig, current: Callable[[str], Any],
-                params: dict[str, Any], state: str) -> LiveUpdate | str | None:
+def live_update(
+    cfg: NodeConfig,
+    engine: EngineConfig,
+    rtc: RTCConfig,
+    current: Callable[[str], Any],
+    params: dict[str, Any],
+    state: str,
+) -> LiveUpdate | str | None:
     """Check ``params`` (name → new value) against a configured node in lifecycle ``state``
     (``inactive`` / ``active``) whose configuration is ``cfg`` and whose engine runs ``engine`` /
     ``rtc``; ``current(name)`` is a parameter's value now (``None`` if undeclared).
@@ -147,15 +177,18 @@ def live_update(cfg: NodeConfig, engine: EngineConfig, rtc: RTCConfig, current: 
     params = {k: v for k, v in params.items() if not _unchanged(current(k), v)}  # the same value: no-op
     values, problems = checked_values(cfg, params, state)
     if problems:
-        return '; '.join(problems)
+        return "; ".join(problems)
     if not values:
         return None
     try:
         new = updated_config(cfg, values)
-        if len(new.instruction) > new.max_instruction_chars and ('instruction' in values
-                                                                  or 'max_instruction_chars' in values):
-            return (f'instruction has {len(new.instruction)} characters, more than max_instruction_chars = '
-                    f'{new.max_instruction_chars}')
+        if len(new.instruction) > new.max_instruction_chars and (
+            "instruction" in values or "max_instruction_chars" in values
+        ):
+            return (
+                f"instruction has {len(new.instruction)} characters, more than max_instruction_chars = "
+                f"{new.max_instruction_chars}"
+            )
         running = updated_config(dataclasses.replace(cfg, engine=engine, rtc=rtc), values)
         engine_cfg, rtc_cfg = live_configs(engine, running.engine, rtc, running.rtc)  # validated, not applied
     except (ConfigError, KeyError, ValueError) as exc:

@@ -33,25 +33,44 @@ from rclpy.parameter import Parameter
 from oxygen_ros.core.config import PRESETS
 from oxygen_ros.ros.params.specs import ParamSpec, declare
 
-__all__ = ['ANYWHERE', 'FOLDERS', 'LOCK', 'access_specs', 'check_model_access', 'confine_model', 'declare_lock',
-           'with_model_lock']
+__all__ = [
+    "ANYWHERE",
+    "FOLDERS",
+    "LOCK",
+    "access_specs",
+    "check_model_access",
+    "confine_model",
+    "declare_lock",
+    "with_model_lock",
+]
 
-LOCK, FOLDERS = 'model_locked', 'model_folders'
+LOCK, FOLDERS = "model_locked", "model_folders"
 #: Default of ``model_folders``: every folder (the launch-time value is the operator's choice).
-ANYWHERE: tuple[str, ...] = ('/',)
+ANYWHERE: tuple[str, ...] = ("/",)
 
 
 def access_specs() -> list[ParamSpec]:
     """The two access parameters (read-only: set at start-up only)."""
     return [
-        ParamSpec(LOCK, Parameter.Type.BOOL, True, 'Read-only. True: model is read-only, fixed by its '
-                  'start-up value (parameter file, -p, launch argument); nothing can change it while the node '
-                  'runs. False: model may be set remotely (ros2 param set, oxygen params set) while '
-                  'unconfigured; model_folders still confines it.', read_only=True),
-        ParamSpec(FOLDERS, Parameter.Type.STRING_ARRAY, list(ANYWHERE), 'Read-only. Absolute folders a '
-                  'checkpoint may be loaded from: the real path of model (symlinks and .. resolved) must lie '
-                  "inside one of them, else configure fails. ['/'] = anywhere; preset names always pass.",
-                  read_only=True),
+        ParamSpec(
+            LOCK,
+            Parameter.Type.BOOL,
+            True,
+            "Read-only. True: model is read-only, fixed by its "
+            "start-up value (parameter file, -p, launch argument); nothing can change it while the node "
+            "runs. False: model may be set remotely (ros2 param set, oxygen params set) while "
+            "unconfigured; model_folders still confines it.",
+            read_only=True,
+        ),
+        ParamSpec(
+            FOLDERS,
+            Parameter.Type.STRING_ARRAY,
+            list(ANYWHERE),
+            "Read-only. Absolute folders a "
+            "checkpoint may be loaded from: the real path of model (symlinks and .. resolved) must lie "
+            "inside one of them, else configure fails. ['/'] = anywhere; preset names always pass.",
+            read_only=True,
+        ),
     ]
 
 
@@ -70,7 +89,7 @@ def with_model_lock(node: Node, specs: list[ParamSpec]) -> list[ParamSpec]:
     """Declare the access parameters (:func:`declare_lock`) and return ``specs`` with ``model``
     read-only when it is locked, ready for :func:`~oxygen_ros.ros.params.specs.declare`."""
     locked = declare_lock(node)
-    return [dataclasses.replace(s, read_only=True) if s.name == 'model' and locked else s for s in specs]
+    return [dataclasses.replace(s, read_only=True) if s.name == "model" and locked else s for s in specs]
 
 
 def _real(path: str) -> Path:
@@ -96,7 +115,7 @@ def confine_model(model: str, folders: Sequence[str]) -> str:
     """
     for folder in folders:
         if not folder or not Path(folder).expanduser().is_absolute():
-            raise ValueError(f'{FOLDERS}={list(folders)!r}: {folder!r} is not an absolute folder')
+            raise ValueError(f"{FOLDERS}={list(folders)!r}: {folder!r} is not an absolute folder")
     path = Path(model).expanduser()
     if model in PRESETS and not path.is_dir():
         return model
@@ -104,11 +123,13 @@ def confine_model(model: str, folders: Sequence[str]) -> str:
     roots = [_real(f) for f in folders]
     if any(real.is_relative_to(root) for root in roots):  # a folder is inside itself
         return model
-    via = '' if str(real) == str(path) else f' (real path {real})'
+    via = "" if str(real) == str(path) else f" (real path {real})"
     moved = [str(r) for f, r in zip(folders, roots) if str(r) != f]
-    shown = f' (real paths: {", ".join(str(r) for r in roots)})' if moved else ''
-    raise ValueError(f'model={model!r}{via} is outside {FOLDERS} {list(folders)!r}{shown}: a checkpoint folder '
-                     f'must lie inside one of them ({FOLDERS} is read-only: set it at start-up)')
+    shown = f" (real paths: {', '.join(str(r) for r in roots)})" if moved else ""
+    raise ValueError(
+        f"model={model!r}{via} is outside {FOLDERS} {list(folders)!r}{shown}: a checkpoint folder "
+        f"must lie inside one of them ({FOLDERS} is read-only: set it at start-up)"
+    )
 
 
 def check_model_access(values: dict[str, Any], problems: list[str]) -> list[str]:
@@ -123,13 +144,15 @@ def check_model_access(values: dict[str, Any], problems: list[str]) -> list[str]
     if folders is not None:
         values[FOLDERS] = tuple(folders)
         if not folders:
-            problems.append(f'{FOLDERS} is empty: list the folders checkpoints may come from, or / for anywhere')
-        elif values.get('model'):
+            problems.append(f"{FOLDERS} is empty: list the folders checkpoints may come from, or / for anywhere")
+        elif values.get("model"):
             try:
-                confine_model(values['model'], folders)
+                confine_model(values["model"], folders)
             except ValueError as exc:
                 problems.append(str(exc))
     if values.get(LOCK) is False and tuple(values.get(FOLDERS, ANYWHERE)) == ANYWHERE:
-        return [f'{LOCK} is false and {FOLDERS} is {list(ANYWHERE)}: any participant on this DDS domain can make '
-                'the node load a checkpoint from any folder at its next configure (see the Security guide)']
+        return [
+            f"{LOCK} is false and {FOLDERS} is {list(ANYWHERE)}: any participant on this DDS domain can make "
+            "the node load a checkpoint from any folder at its next configure (see the Security guide)"
+        ]
     return []

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 
 from rclpy.node import Node
 
-__all__ = ['IGNORED_PREFIXES', 'suggest', 'unknown_names', 'unknown_parameters']
+__all__ = ["IGNORED_PREFIXES", "suggest", "unknown_names", "unknown_parameters"]
 
 #: Override prefixes rclpy reads itself, outside the declared parameters (publisher/subscription
 #: QoS overrides, read when an entity with ``qos_overriding_options`` is created).
-IGNORED_PREFIXES = ('qos_overrides.',)
+IGNORED_PREFIXES = ("qos_overrides.",)
 
 
 def suggest(name: str, declared: Iterable[str]) -> str | None:
@@ -33,8 +33,9 @@ def suggest(name: str, declared: Iterable[str]) -> str | None:
     return got[0] if got else None
 
 
-def unknown_names(given: Iterable[str], declared: Iterable[str], tasks: Iterable[str] = (),
-                  task_fields: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+def unknown_names(
+    given: Iterable[str], declared: Iterable[str], tasks: Iterable[str] = (), task_fields: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
     """Names in ``given`` that are not ``declared``: (errors, notes), each sorted, one message per name.
 
     An error names a typo with the closest declared name: ``unknown parameter
@@ -50,20 +51,24 @@ def unknown_names(given: Iterable[str], declared: Iterable[str], tasks: Iterable
     for name in sorted(set(given) - declared):
         if name.startswith(IGNORED_PREFIXES):
             continue
-        parts = name.split('.')
-        if len(parts) == 3 and parts[0] == 'tasks' and parts[1] not in tasks:
+        parts = name.split(".")
+        if len(parts) == 3 and parts[0] == "tasks" and parts[1] not in tasks:
             close = difflib.get_close_matches(parts[1], tasks, n=1, cutoff=0.8)
             if close:
-                errors.append(f'unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}; '
-                              f'did you mean tasks.{close[0]}.{parts[2]}?)')
+                errors.append(
+                    f"unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}; "
+                    f"did you mean tasks.{close[0]}.{parts[2]}?)"
+                )
             elif parts[2] in fields:
-                notes.append(f'{name} is not used: task {parts[1]!r} is not in task_names {tasks}')
+                notes.append(f"{name} is not used: task {parts[1]!r} is not in task_names {tasks}")
             else:
-                errors.append(f'unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}, '
-                              f'and {parts[2]!r} is not a task parameter)')
+                errors.append(
+                    f"unknown parameter {name} (task {parts[1]!r} is not in task_names {tasks}, "
+                    f"and {parts[2]!r} is not a task parameter)"
+                )
             continue
         hint = suggest(name, declared)
-        errors.append(f'unknown parameter {name}' + (f' (did you mean {hint}?)' if hint else ''))
+        errors.append(f"unknown parameter {name}" + (f" (did you mean {hint}?)" if hint else ""))
     return errors, notes
 
 
@@ -72,7 +77,7 @@ def unknown_parameters(node: Node, tasks: Iterable[str] = ()) -> tuple[list[str]
     addressed to it) against the names it has declared so far — call it after every declaration."""
     from oxygen_ros.ros.params.specs import task_specs
 
-    overrides = getattr(node, '_parameter_overrides', None) or {}  # rclpy has no public accessor
+    overrides = getattr(node, "_parameter_overrides", None) or {}  # rclpy has no public accessor
     declared = node.list_parameters([], 0).names
-    fields = [s.name.split('.')[-1] for s in task_specs('_')]
+    fields = [s.name.split(".")[-1] for s in task_specs("_")]
     return unknown_names(overrides, declared, tasks, fields)

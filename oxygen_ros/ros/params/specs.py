@@ -30,18 +30,38 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from oxygen_ros.core.config import (ATTENTIONS, BATCHER_POLICIES, BUDGETS, COMPILE_MODES, DEFAULT_TASKS, MODES,
-                                    SCHEDULES, EngineConfig,
-                                    TaskConfig)
+from oxygen_ros.core.config import (
+    ATTENTIONS,
+    BATCHER_POLICIES,
+    BUDGETS,
+    COMPILE_MODES,
+    DEFAULT_TASKS,
+    MODES,
+    SCHEDULES,
+    EngineConfig,
+    TaskConfig,
+)
 from oxygen_ros.core.rtc.config import DELAY_MODES, GUIDANCE_MODES, RTCConfig
 from oxygen_ros.core.rtc.config import SCHEDULES as RTC_SCHEDULES
 
-__all__ = ['ParamError', 'ParamSpec', 'check_value', 'collect_values', 'declare', 'engine_specs', 'read_values',
-           'task_specs']
+__all__ = [
+    "ParamError",
+    "ParamSpec",
+    "check_value",
+    "collect_values",
+    "declare",
+    "engine_specs",
+    "read_values",
+    "task_specs",
+]
 
 _INT_MAX = 2**31 - 1
-_TYPES = {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,
-          str: Parameter.Type.STRING}
+_TYPES = {
+    bool: Parameter.Type.BOOL,
+    int: Parameter.Type.INTEGER,
+    float: Parameter.Type.DOUBLE,
+    str: Parameter.Type.STRING,
+}
 
 
 class ParamError(ValueError):
@@ -49,7 +69,7 @@ class ParamError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
-        super().__init__('invalid parameters: ' + '; '.join(self.problems))
+        super().__init__("invalid parameters: " + "; ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -79,46 +99,73 @@ class ParamSpec:
         """The rcl_interfaces descriptor (range only when ``with_range``)."""
         text = self.description
         if self.choices:
-            text += f' One of: {", ".join(repr(c) for c in self.choices)}.'
+            text += f" One of: {', '.join(repr(c) for c in self.choices)}."
         d = ParameterDescriptor(name=self.name, type=self.ptype.value, description=text, read_only=self.read_only)
         if with_range and (self.lo is not None or self.hi is not None):
             if self.ptype == Parameter.Type.INTEGER:
-                d.integer_range = [IntegerRange(
-                    from_value=int(self.lo if self.lo is not None else -_INT_MAX),
-                    to_value=int(self.hi if self.hi is not None else _INT_MAX), step=1)]
+                d.integer_range = [
+                    IntegerRange(
+                        from_value=int(self.lo if self.lo is not None else -_INT_MAX),
+                        to_value=int(self.hi if self.hi is not None else _INT_MAX),
+                        step=1,
+                    )
+                ]
             elif self.ptype == Parameter.Type.DOUBLE:
-                d.floating_point_range = [FloatingPointRange(
-                    from_value=float(self.lo if self.lo is not None else -math.inf),
-                    to_value=float(self.hi if self.hi is not None else math.inf), step=0.0)]
+                d.floating_point_range = [
+                    FloatingPointRange(
+                        from_value=float(self.lo if self.lo is not None else -math.inf),
+                        to_value=float(self.hi if self.hi is not None else math.inf),
+                        step=0.0,
+                    )
+                ]
         return d
 
 
 # ------------------------------------------------------------------ generated from the dataclasses
 # Inclusive ranges of the numeric dataclass fields (validate() has the same lower bounds).
 _ENGINE_RANGES: dict[str, tuple[float | None, float | None]] = {
-    'tokens_per_frame': (1, 1024), 'min_decode_steps': (0, 1024), 'max_decode_steps': (1, 1024),
-    'frame_deadline_s': (0.0, 3600.0), 'block_size': (1, 4096), 'kv_blocks': (0, None),
-    'kv_memory_mb': (0.0, None), 'kv_memory_fraction': (0.0, 1.0),
-    'requests_per_frame': (0.0, 100.0), 'max_running_requests': (0, 4096), 'max_queued_requests': (0, None),
-    'max_queue_wait_s': (0.0, None), 'max_overtakes': (0, None),
-    'seed': (0, None), 'num_denoise_steps': (0, 1000), 'max_request_tokens': (1, 16384), 'max_request_chars': (1, 1 << 20),
-    'max_top_k': (1, 1 << 20),
+    "tokens_per_frame": (1, 1024),
+    "min_decode_steps": (0, 1024),
+    "max_decode_steps": (1, 1024),
+    "frame_deadline_s": (0.0, 3600.0),
+    "block_size": (1, 4096),
+    "kv_blocks": (0, None),
+    "kv_memory_mb": (0.0, None),
+    "kv_memory_fraction": (0.0, 1.0),
+    "requests_per_frame": (0.0, 100.0),
+    "max_running_requests": (0, 4096),
+    "max_queued_requests": (0, None),
+    "max_queue_wait_s": (0.0, None),
+    "max_overtakes": (0, None),
+    "seed": (0, None),
+    "num_denoise_steps": (0, 1000),
+    "max_request_tokens": (1, 16384),
+    "max_request_chars": (1, 1 << 20),
+    "max_top_k": (1, 1 << 20),
 }
-_ENGINE_CHOICES = {'mode': MODES, 'decode_budget': BUDGETS, 'compile': COMPILE_MODES, 'attention': ATTENTIONS,
-                   'schedule': SCHEDULES, 'batcher_policy': BATCHER_POLICIES}
+_ENGINE_CHOICES = {
+    "mode": MODES,
+    "decode_budget": BUDGETS,
+    "compile": COMPILE_MODES,
+    "attention": ATTENTIONS,
+    "schedule": SCHEDULES,
+    "batcher_policy": BATCHER_POLICIES,
+}
 _TASK_RANGES: dict[str, tuple[float | None, float | None]] = {
-    'max_new_tokens': (1, 4096), 'temperature': (0.0, 100.0), 'top_k': (0, None),
-    'every_n_frames': (0, None),
+    "max_new_tokens": (1, 4096),
+    "temperature": (0.0, 100.0),
+    "top_k": (0, None),
+    "every_n_frames": (0, None),
 }
 _TASK_DOCS = {
-    'template': 'Prompt template appended after the shared observation prefix; placeholders '
-                '{text} (the ask) and {instruction} (the current task instruction).',
-    'max_new_tokens': 'Token budget of one request of this task.',
-    'temperature': 'Sampling temperature (0 = greedy).',
-    'top_k': 'Sample among the k most likely tokens (0 = all).',
-    'every_n_frames': 'Submit a request of this task every N control frames (0 = only on asks).',
-    'own_prefix': 'Put the filled template inside its own bidirectional prefix (images + prompt, no '
-                  'state), as pi0.5 subtask prediction does; one extra prefill per request.',
+    "template": "Prompt template appended after the shared observation prefix; placeholders "
+    "{text} (the ask) and {instruction} (the current task instruction).",
+    "max_new_tokens": "Token budget of one request of this task.",
+    "temperature": "Sampling temperature (0 = greedy).",
+    "top_k": "Sample among the k most likely tokens (0 = all).",
+    "every_n_frames": "Submit a request of this task every N control frames (0 = only on asks).",
+    "own_prefix": "Put the filled template inside its own bidirectional prefix (images + prompt, no "
+    "state), as pi0.5 subtask prediction does; one extra prefill per request.",
 }
 
 
@@ -128,13 +175,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
     Continuation lines are joined; ``a / b: text`` gives both fields the text (it describes them
     together); several names on one line (``a: x; b: y``) are not split.
     """
-    doc = cls.__doc__ or ''
+    doc = cls.__doc__ or ""
     fields = {f.name for f in dataclasses.fields(cls)}
     out: dict[str, str] = {}
     section, current = False, None
     for line in doc.splitlines():
         stripped = line.strip()
-        if stripped == 'Attributes:':
+        if stripped == "Attributes:":
             section = True
             continue
         if not section:
@@ -142,20 +189,21 @@ def attribute_docs(cls: type) -> dict[str, str]:
         if not stripped:
             current = None
             continue
-        m = re.match(r'^(\w+(?: / \w+)*): (.*)$', stripped)
-        names = m.group(1).split(' / ') if m else []
+        m = re.match(r"^(\w+(?: / \w+)*): (.*)$", stripped)
+        names = m.group(1).split(" / ") if m else []
         if m and (len(line) - len(line.lstrip())) <= 8 and set(names) <= fields:
             current = names
             for n in names:
                 out[n] = m.group(2)
         elif current is not None:
             for n in current:
-                out[n] += ' ' + stripped
-    return {k: v.replace('``', '') for k, v in out.items()}
+                out[n] += " " + stripped
+    return {k: v.replace("``", "") for k, v in out.items()}
 
 
-def _field_specs(cls: type, prefix: str, defaults: Any, ranges: dict, choices: dict,
-                 docs: dict[str, str], skip: tuple[str, ...]) -> list[ParamSpec]:
+def _field_specs(
+    cls: type, prefix: str, defaults: Any, ranges: dict, choices: dict, docs: dict[str, str], skip: tuple[str, ...]
+) -> list[ParamSpec]:
     specs = []
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -163,29 +211,33 @@ def _field_specs(cls: type, prefix: str, defaults: Any, ranges: dict, choices: d
         default = getattr(defaults, f.name)
         ptype = _TYPES[type(default)]
         lo, hi = ranges.get(f.name, (None, None))
-        desc = docs.get(f.name) or f'{cls.__name__}.{f.name}.'
-        specs.append(ParamSpec(f'{prefix}{f.name}', ptype, default, desc, lo, hi,
-                               tuple(choices.get(f.name, ()))))
+        desc = docs.get(f.name) or f"{cls.__name__}.{f.name}."
+        specs.append(ParamSpec(f"{prefix}{f.name}", ptype, default, desc, lo, hi, tuple(choices.get(f.name, ()))))
     return specs
 
 
 def engine_specs() -> list[ParamSpec]:
     """``engine.<field>`` for every :class:`EngineConfig` field except ``tasks``."""
     docs = attribute_docs(EngineConfig)
-    docs.setdefault('min_decode_steps', 'Fewest decode steps per frame in adaptive mode.')
-    docs.setdefault('max_decode_steps', 'Most decode steps per frame in adaptive mode.')
-    return _field_specs(EngineConfig, 'engine.', EngineConfig(), _ENGINE_RANGES, _ENGINE_CHOICES,
-                        docs, skip=('tasks',))
+    docs.setdefault("min_decode_steps", "Fewest decode steps per frame in adaptive mode.")
+    docs.setdefault("max_decode_steps", "Most decode steps per frame in adaptive mode.")
+    return _field_specs(EngineConfig, "engine.", EngineConfig(), _ENGINE_RANGES, _ENGINE_CHOICES, docs, skip=("tasks",))
 
 
 def rtc_specs() -> list[ParamSpec]:
     """``rtc.<field>`` for every :class:`~oxygen_ros.core.rtc.config.RTCConfig` field but
     ``control_period_s`` (the node's own ``control_period_s`` fills it)."""
-    ranges = {'execution_horizon': (1, 10000), 'max_guidance_weight': (0.0, 1e6), 'inference_delay': (0, 10000),
-              'delay_percentile': (1.0, 100.0), 'delay_window': (1, 1 << 20)}
-    choices = {'schedule': RTC_SCHEDULES, 'guidance': GUIDANCE_MODES, 'inference_delay_mode': DELAY_MODES}
-    return _field_specs(RTCConfig, 'rtc.', RTCConfig(), ranges, choices, attribute_docs(RTCConfig),
-                        skip=('control_period_s',))
+    ranges = {
+        "execution_horizon": (1, 10000),
+        "max_guidance_weight": (0.0, 1e6),
+        "inference_delay": (0, 10000),
+        "delay_percentile": (1.0, 100.0),
+        "delay_window": (1, 1 << 20),
+    }
+    choices = {"schedule": RTC_SCHEDULES, "guidance": GUIDANCE_MODES, "inference_delay_mode": DELAY_MODES}
+    return _field_specs(
+        RTCConfig, "rtc.", RTCConfig(), ranges, choices, attribute_docs(RTCConfig), skip=("control_period_s",)
+    )
 
 
 def default_task(name: str) -> TaskConfig:
@@ -199,17 +251,27 @@ def default_task(name: str) -> TaskConfig:
 def task_specs(name: str) -> list[ParamSpec]:
     """``tasks.<name>.<field>`` for every :class:`TaskConfig` field but ``name``, plus its topics."""
     base = default_task(name)
-    specs = _field_specs(TaskConfig, f'tasks.{name}.', base, _TASK_RANGES, {}, _TASK_DOCS,
-                         skip=('name',))
+    specs = _field_specs(TaskConfig, f"tasks.{name}.", base, _TASK_RANGES, {}, _TASK_DOCS, skip=("name",))
     s = Parameter.Type.STRING
     specs += [
-        ParamSpec(f'tasks.{name}.ask_topic', s, f'{name}/ask',
-                  'std_msgs/String topic whose messages start a request (text = the ask); '
-                  'empty = never asked.'),
-        ParamSpec(f'tasks.{name}.delta_topic', s, f'{name}/delta',
-                  'std_msgs/String topic for streamed text deltas (one utterance at a time).'),
-        ParamSpec(f'tasks.{name}.text_topic', s, f'{name}/text',
-                  'std_msgs/String topic for each finished utterance (the deltas concatenated).'),
+        ParamSpec(
+            f"tasks.{name}.ask_topic",
+            s,
+            f"{name}/ask",
+            "std_msgs/String topic whose messages start a request (text = the ask); empty = never asked.",
+        ),
+        ParamSpec(
+            f"tasks.{name}.delta_topic",
+            s,
+            f"{name}/delta",
+            "std_msgs/String topic for streamed text deltas (one utterance at a time).",
+        ),
+        ParamSpec(
+            f"tasks.{name}.text_topic",
+            s,
+            f"{name}/text",
+            "std_msgs/String topic for each finished utterance (the deltas concatenated).",
+        ),
     ]
     return specs
 
@@ -237,7 +299,7 @@ def check_value(spec: ParamSpec, value: Any) -> tuple[Any, str | None]:
     """``(value, None)`` with ints for float parameters converted and arrays as lists, or
     ``(value, message)`` naming the parameter when the type, range or choice is wrong."""
     t = spec.ptype
-    name = f'{spec.name}={value!r}'
+    name = f"{spec.name}={value!r}"
     if t == Parameter.Type.BOOL:
         ok = isinstance(value, bool)
     elif t == Parameter.Type.INTEGER:
@@ -246,18 +308,18 @@ def check_value(spec: ParamSpec, value: Any) -> tuple[Any, str | None]:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
         if ok and not math.isfinite(value):
-            return value, f'{name}: must be a finite number'
+            return value, f"{name}: must be a finite number"
     elif t == Parameter.Type.STRING:
         ok = isinstance(value, str)
     else:  # STRING_ARRAY
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         value = list(value) if ok else value
     if not ok:
-        return value, f'{name}: expected {t.name.lower().replace("_", " ")}'
+        return value, f"{name}: expected {t.name.lower().replace('_', ' ')}"
     if spec.lo is not None and value < spec.lo or spec.hi is not None and value > spec.hi:
-        return value, f'{name}: out of range [{spec.lo}, {spec.hi}]'
+        return value, f"{name}: out of range [{spec.lo}, {spec.hi}]"
     if spec.choices and value not in spec.choices:
-        return value, f'{name}: must be one of {list(spec.choices)}'
+        return value, f"{name}: must be one of {list(spec.choices)}"
     return value, None
 
 
@@ -276,7 +338,7 @@ def collect_values(node: Node, specs: list[ParamSpec]) -> tuple[dict[str, Any], 
         except ParameterUninitializedException:
             value = None
         if value is None:
-            problems.append(f'{spec.name} is not set ({spec.description})')
+            problems.append(f"{spec.name} is not set ({spec.description})")
             continue
         value, problem = check_value(spec, value)
         if problem:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['CommandSample', 'CommandStream']
+__all__ = ["CommandSample", "CommandStream"]
 
 
 @dataclass
@@ -34,7 +34,7 @@ class CommandSample:
 
     positions: np.ndarray | None
     index: int = -1
-    reason: str = ''
+    reason: str = ""
 
 
 class CommandStream:
@@ -49,9 +49,9 @@ class CommandStream:
             ValueError: a non-finite or out-of-range argument.
         """
         if not (math.isfinite(period_s) and period_s > 0):
-            raise ValueError(f'period_s must be finite and > 0, got {period_s}')
+            raise ValueError(f"period_s must be finite and > 0, got {period_s}")
         if not (math.isfinite(max_hold_s) and max_hold_s >= 0):
-            raise ValueError(f'max_hold_s must be finite and >= 0, got {max_hold_s}')
+            raise ValueError(f"max_hold_s must be finite and >= 0, got {max_hold_s}")
         self.period_s = float(period_s)
         self.max_hold_s = float(max_hold_s)
         self._lock = threading.Lock()
@@ -84,10 +84,10 @@ class CommandStream:
         with self._lock:
             chunk, t0 = self._chunk, self._t0
         if chunk is None:
-            return CommandSample(None, reason='no chunk yet')
+            return CommandSample(None, reason="no chunk yet")
         horizon = chunk.shape[0]
         end = t0 + horizon * self.period_s
         if now > end + self.max_hold_s:
-            return CommandSample(None, reason='chunk expired')
+            return CommandSample(None, reason="chunk expired")
         index = min(max(round((now - t0) / self.period_s) - 1, 0), horizon - 1)
         return CommandSample(chunk[index].copy(), index=index)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ['Change', 'InputWatch', 'Liveness']
+__all__ = ["Change", "InputWatch", "Liveness"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class InputWatch:
 
     def __init__(self, names: Sequence[str], timeout_s: float, grace_s: float | None = None) -> None:
         if not timeout_s > 0:
-            raise ValueError(f'timeout_s must be > 0, got {timeout_s}')
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.names = tuple(names)
         self.timeout_s = float(timeout_s)
         self.grace_s = 2.0 * self.timeout_s if grace_s is None else float(grace_s)
@@ -89,13 +89,13 @@ class InputWatch:
             silent = t is not None and now - t > self.timeout_s
             if silent and name not in self._stale:
                 self._stale[name] = t
-                out.append(Change('stale', name, now - t))
+                out.append(Change("stale", name, now - t))
             elif t is not None and not silent and name in self._stale:
                 # t: the newest arrival, at most one check period after the first one after the gap
-                out.append(Change('resumed', name, t - self._stale.pop(name)))
+                out.append(Change("resumed", name, t - self._stale.pop(name)))
         if not self._grace_done and now - self._t0 >= self.grace_s:
             self._grace_done = True
-            out += [Change('never', n, now - self._t0) for n in self.names if n not in self.last]
+            out += [Change("never", n, now - self._t0) for n in self.names if n not in self.last]
         return out
 
     def state(self, now: float) -> Liveness:
@@ -103,7 +103,6 @@ class InputWatch:
         if self._t0 is None:
             return Liveness()
         ages = {n: (now - self.last[n] if n in self.last else None) for n in self.names}
-        stale = sorted(((n, a) for n, a in ages.items() if a is not None and a > self.timeout_s),
-                       key=lambda x: -x[1])
+        stale = sorted(((n, a) for n, a in ages.items() if a is not None and a > self.timeout_s), key=lambda x: -x[1])
         silent = len(stale) + sum(1 for a in ages.values() if a is None)
         return Liveness(stale, bool(stale) and silent == len(self.names), ages)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['ChunkSwitches', 'SwitchStats', 'first_executed', 'switch_jump', 'target_at']
+__all__ = ["ChunkSwitches", "SwitchStats", "first_executed", "switch_jump", "target_at"]
 
 HISTORY = 2000
 """Most recent measured switches kept (the median is over these; the max over every switch)."""
@@ -47,8 +47,14 @@ def target_at(due: Sequence[float], positions: np.ndarray, t: float) -> np.ndarr
     return np.array([np.interp(t, due, pos[:, j]) for j in range(pos.shape[1])])
 
 
-def switch_jump(prev_due: Sequence[float], prev_positions: np.ndarray, new_due: Sequence[float],
-                new_positions: np.ndarray, t: float, tolerance: float = 0.0) -> float | None:
+def switch_jump(
+    prev_due: Sequence[float],
+    prev_positions: np.ndarray,
+    new_due: Sequence[float],
+    new_positions: np.ndarray,
+    t: float,
+    tolerance: float = 0.0,
+) -> float | None:
     """The switch discontinuity (module doc) of a switch at ``t`` from chunk P to chunk N.
 
     Args:
@@ -71,7 +77,7 @@ def switch_jump(prev_due: Sequence[float], prev_positions: np.ndarray, new_due: 
 def first_executed(due: Sequence[float], available: float) -> int | None:
     """Index of the first point due at or after ``available`` (the time the chunk became
     available), or None when every point is due before it (the chunk is never executed)."""
-    idx = int(np.searchsorted(np.asarray(due, dtype=np.float64), available - 1e-9, side='left'))
+    idx = int(np.searchsorted(np.asarray(due, dtype=np.float64), available - 1e-9, side="left"))
     return idx if idx < len(due) else None
 
 
@@ -100,10 +106,13 @@ class SwitchStats:
         """``switches`` (measured), ``switches_after_hold``, ``switch_jump_last``,
         ``switch_jump_median`` (over the last ``history``), ``switch_jump_max``: joint units, None
         (never 0) before the first measured switch."""
-        return {'switches': self.switches, 'switches_after_hold': self.after_hold,
-                'switch_jump_last': self.last,
-                'switch_jump_median': float(np.median(self.jumps)) if self.jumps else None,
-                'switch_jump_max': self.max}
+        return {
+            "switches": self.switches,
+            "switches_after_hold": self.after_hold,
+            "switch_jump_last": self.last,
+            "switch_jump_median": float(np.median(self.jumps)) if self.jumps else None,
+            "switch_jump_max": self.max,
+        }
 
 
 class ChunkSwitches:
@@ -121,7 +130,7 @@ class ChunkSwitches:
 
     def __init__(self, period_s: float, history: int = HISTORY) -> None:
         if not (math.isfinite(period_s) and period_s > 0):
-            raise ValueError(f'period_s must be finite and > 0, got {period_s}')
+            raise ValueError(f"period_s must be finite and > 0, got {period_s}")
         self.period_s = float(period_s)
         self.stats = SwitchStats(history)
         self.never_executed = 0
@@ -146,4 +155,4 @@ class ChunkSwitches:
 
     def summary(self) -> dict[str, Any]:
         """:meth:`SwitchStats.summary` plus ``chunks_never_executed``."""
-        return self.stats.summary() | {'chunks_never_executed': self.never_executed}
+        return self.stats.summary() | {"chunks_never_executed": self.never_executed}

@@ -24,69 +24,108 @@ from oxygen_ros.sim.closed_loop.monitor import LoopMonitor
 from oxygen_ros.sim.closed_loop.processes import control_period
 from oxygen_ros.sim.closed_loop.report import num
 
-__all__ = ['EPISODE_KEYS', 'EpisodeWatch', 'argument_problem', 'episode_report', 'resolve_defaults', 'scripted_cmd',
-           'sim_task_params']
+__all__ = [
+    "EPISODE_KEYS",
+    "EpisodeWatch",
+    "argument_problem",
+    "episode_report",
+    "resolve_defaults",
+    "scripted_cmd",
+    "sim_task_params",
+]
 
-SIM_STATUS = 'aloha_sim: executor'
-EPISODE_KEYS = ('seed', 'policy', 'latency_ms', 'success', 'time_to_success_s', 'episode_s',
-                'path_length_rad', 'gripper_path_length', 'max_switch_jump', 'lift_max_m',
-                'max_reward')
-ORACLE_CAMERA = ('top', 'cam_high/image_raw/compressed')
+SIM_STATUS = "aloha_sim: executor"
+EPISODE_KEYS = (
+    "seed",
+    "policy",
+    "latency_ms",
+    "success",
+    "time_to_success_s",
+    "episode_s",
+    "path_length_rad",
+    "gripper_path_length",
+    "max_switch_jump",
+    "lift_max_m",
+    "max_reward",
+)
+ORACLE_CAMERA = ("top", "cam_high/image_raw/compressed")
 
 
 def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """Fill the policy-dependent defaults (idempotent): ``--rtf`` 1.0 for the scripted policy,
     else 0.25; ``--ask`` none for the scripted policy and in episode mode, else 'What do you
     see?'."""
-    scripted = args.policy == 'scripted'
+    scripted = args.policy == "scripted"
     if args.rtf is None:
         args.rtf = 1.0 if scripted else 0.25
     if args.ask is None:
-        args.ask = '' if scripted or args.episode_s > 0 else 'What do you see?'
+        args.ask = "" if scripted or args.episode_s > 0 else "What do you see?"
     if scripted:
-        args.ask = ''  # nobody answers
+        args.ask = ""  # nobody answers
     return args
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """Why the episode arguments cannot run (None when they can): an added latency is the scripted
     policy's (the model's latency is its own, never silently ignored), and the numbers' ranges."""
-    if args.latency_ms and args.policy != 'scripted':
-        return (f'--latency-ms {args.latency_ms:g} applies to --policy scripted only (the model\'s '
-                'latency is its own; the report measures it)')
+    if args.latency_ms and args.policy != "scripted":
+        return (
+            f"--latency-ms {args.latency_ms:g} applies to --policy scripted only (the model's "
+            "latency is its own; the report measures it)"
+        )
     if args.latency_ms < 0 or args.episode_s < 0:
-        return f'--latency-ms and --episode-s must be >= 0, got {args.latency_ms:g}, {args.episode_s:g}'
+        return f"--latency-ms and --episode-s must be >= 0, got {args.latency_ms:g}, {args.episode_s:g}"
     if not args.lift_height_m > 0 or args.lift_hold_s < 0:
-        return (f'--lift-height-m must be > 0 and --lift-hold-s >= 0, got {args.lift_height_m:g}, '
-                f'{args.lift_hold_s:g}')
+        return f"--lift-height-m must be > 0 and --lift-hold-s >= 0, got {args.lift_height_m:g}, {args.lift_hold_s:g}"
     return None
 
 
 def sim_task_params(args: argparse.Namespace) -> list[str]:
     """The sim's extra ``-p`` arguments: success criterion, and for the scripted policy one small
     camera (only its stamps matter); in episode mode a faster status."""
-    out = ['-p', f'lift_height_m:={args.lift_height_m}', '-p', f'lift_hold_s:={args.lift_hold_s}']
-    if args.policy == 'scripted':
-        out += ['-p', f'cameras:=[{ORACLE_CAMERA[0]}]', '-p', f'camera_topics:=[{ORACLE_CAMERA[1]}]',
-                '-p', 'image_width:=32', '-p', 'image_height:=24']
+    out = ["-p", f"lift_height_m:={args.lift_height_m}", "-p", f"lift_hold_s:={args.lift_hold_s}"]
+    if args.policy == "scripted":
+        out += [
+            "-p",
+            f"cameras:=[{ORACLE_CAMERA[0]}]",
+            "-p",
+            f"camera_topics:=[{ORACLE_CAMERA[1]}]",
+            "-p",
+            "image_width:=32",
+            "-p",
+            "image_height:=24",
+        ]
     if args.episode_s > 0:
-        out += ['-p', 'diagnostics_period_s:=0.2']
+        out += ["-p", "diagnostics_period_s:=0.2"]
     return out
 
 
 def scripted_cmd(args: argparse.Namespace, py: str, sim_yaml: Path, sim_time: bool) -> list[str]:
     """The oracle policy process."""
-    return [py, '-m', 'oxygen_ros.sim.task.policy_node', '--ros-args', '-p', f'seed:={args.seed}',
-            '-p', f'latency_s:={args.latency_ms / 1000.0}', '-p', 'horizon:=50',
-            '-p', f'control_period_s:={control_period(sim_yaml)}',
-            '-p', f'camera_topic:={ORACLE_CAMERA[1]}',
-            '-p', f'use_sim_time:={"true" if sim_time else "false"}']
+    return [
+        py,
+        "-m",
+        "oxygen_ros.sim.task.policy_node",
+        "--ros-args",
+        "-p",
+        f"seed:={args.seed}",
+        "-p",
+        f"latency_s:={args.latency_ms / 1000.0}",
+        "-p",
+        "horizon:=50",
+        "-p",
+        f"control_period_s:={control_period(sim_yaml)}",
+        "-p",
+        f"camera_topic:={ORACLE_CAMERA[1]}",
+        "-p",
+        f"use_sim_time:={'true' if sim_time else 'false'}",
+    ]
 
 
 def success_within(sim: dict[str, str], episode_s: float) -> bool:
     """The sim reports success, reached within ``episode_s`` episode seconds (the sim itself does
     not know the episode length, and its status may come a period after the limit)."""
-    return sim.get('success') == 'True' and num(sim, 'success_time_s') <= episode_s + 1e-6
+    return sim.get("success") == "True" and num(sim, "success_time_s") <= episode_s + 1e-6
 
 
 class EpisodeWatch:
@@ -95,22 +134,26 @@ class EpisodeWatch:
     def __init__(self, episode_s: float) -> None:
         self.episode_s = float(episode_s)
         self.t_first_chunk: float | None = None  # sim time when the first chunk was seen
-        self.ended_by = ''
+        self.ended_by = ""
         self.final: dict[str, str] = {}  # the sim status that ended the episode
 
     def done(self, monitor: LoopMonitor) -> bool:
         d = monitor.last_diag(SIM_STATUS)
-        sim_t = num(d, 'sim_time')
+        sim_t = num(d, "sim_time")
         if self.t_first_chunk is None and monitor.n_chunks() >= 1 and math.isfinite(sim_t):
             self.t_first_chunk = sim_t
         if success_within(d, self.episode_s):
-            self.ended_by = 'success'
-        elif d.get('episode_started') == 'True' and (num(d, 'episode_time_s') >= self.episode_s
-                                                     or d.get('success') == 'True'):  # too late
-            self.ended_by = 'time'
-        elif (d.get('episode_started') != 'True' and self.t_first_chunk is not None
-              and sim_t - self.t_first_chunk >= self.episode_s):
-            self.ended_by = 'time, no chunk executed'
+            self.ended_by = "success"
+        elif d.get("episode_started") == "True" and (
+            num(d, "episode_time_s") >= self.episode_s or d.get("success") == "True"
+        ):  # too late
+            self.ended_by = "time"
+        elif (
+            d.get("episode_started") != "True"
+            and self.t_first_chunk is not None
+            and sim_t - self.t_first_chunk >= self.episode_s
+        ):
+            self.ended_by = "time, no chunk executed"
         if self.ended_by:
             self.final = d
         return bool(self.ended_by)
@@ -125,13 +168,19 @@ def episode_report(args: argparse.Namespace, sim: dict[str, str], ended_by: str)
     """``report['episode']`` from the sim's last status ``sim``: the :data:`EPISODE_KEYS`
     (``None`` for a value the sim has not reported) plus ``ended_by`` and ``episode_started``."""
     success = success_within(sim, args.episode_s)
-    reward = _opt(sim, 'max_reward')
-    return {'seed': args.seed, 'policy': args.policy, 'latency_ms': args.latency_ms,
-            'success': success,
-            'time_to_success_s': _opt(sim, 'success_time_s') if success else None,
-            'episode_s': _opt(sim, 'episode_time_s'), 'path_length_rad': _opt(sim, 'path_length_rad'),
-            'gripper_path_length': _opt(sim, 'gripper_path_length'),
-            'max_switch_jump': _opt(sim, 'switch_jump_max'), 'lift_max_m': _opt(sim, 'lift_max_m'),
-            'max_reward': None if reward is None else int(reward),
-            'ended_by': ended_by or 'not over', 'episode_started': sim.get('episode_started') == 'True'}
-
+    reward = _opt(sim, "max_reward")
+    return {
+        "seed": args.seed,
+        "policy": args.policy,
+        "latency_ms": args.latency_ms,
+        "success": success,
+        "time_to_success_s": _opt(sim, "success_time_s") if success else None,
+        "episode_s": _opt(sim, "episode_time_s"),
+        "path_length_rad": _opt(sim, "path_length_rad"),
+        "gripper_path_length": _opt(sim, "gripper_path_length"),
+        "max_switch_jump": _opt(sim, "switch_jump_max"),
+        "lift_max_m": _opt(sim, "lift_max_m"),
+        "max_reward": None if reward is None else int(reward),
+        "ended_by": ended_by or "not over",
+        "episode_started": sim.get("episode_started") == "True",
+    }

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['LoopMonitor']
+__all__ = ["LoopMonitor"]
 
 
 class LoopMonitor:
@@ -23,9 +23,15 @@ class LoopMonitor:
         oxygen_status: name of the oxygen node's inference status on ``/diagnostics``.
     """
 
-    def __init__(self, domain_id: int, ask_topic: str = 'ask',
-                 delta_topic: str = 'conversation/delta', text_topic: str = 'conversation/text',
-                 action_topic: str = 'action_chunk', oxygen_status: str = 'oxygen: inference') -> None:
+    def __init__(
+        self,
+        domain_id: int,
+        ask_topic: str = "ask",
+        delta_topic: str = "conversation/delta",
+        text_topic: str = "conversation/text",
+        action_topic: str = "action_chunk",
+        oxygen_status: str = "oxygen: inference",
+    ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.context import Context
@@ -39,11 +45,10 @@ class LoopMonitor:
 
         self._String = String
         self._oxygen_status = oxygen_status
-        self._answer_topics = tuple('/' + t.lstrip('/') for t in (delta_topic, text_topic))
+        self._answer_topics = tuple("/" + t.lstrip("/") for t in (delta_topic, text_topic))
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain_id,
-                   signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node('closed_loop_monitor', context=self.context)
+        rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node("closed_loop_monitor", context=self.context)
         self._lock = threading.Lock()
         self.chunks: list[tuple[float, float]] = []  # (wall receive, stamp)
         self.deltas: list[tuple[float, str]] = []
@@ -56,14 +61,13 @@ class LoopMonitor:
         n.create_subscription(JointTrajectory, action_topic, self._on_chunk, reliable_qos(100))
         n.create_subscription(String, delta_topic, lambda m: self._text(self.deltas, m), text_qos())
         n.create_subscription(String, text_topic, lambda m: self._text(self.texts, m), text_qos())
-        n.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, reliable_qos(50))
-        n.create_subscription(JointState, 'aloha_sim/executed_command', self._on_executed,
-                              reliable_qos(500))
-        n.create_subscription(JointState, 'joint_states', self._on_joints, sensor_data_qos(10))
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
+        n.create_subscription(JointState, "aloha_sim/executed_command", self._on_executed, reliable_qos(500))
+        n.create_subscription(JointState, "joint_states", self._on_joints, sensor_data_qos(10))
         self.ask_pub = n.create_publisher(String, ask_topic, reliable_qos())
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(n)
-        self._thread = threading.Thread(target=self._spin, name='loop-monitor', daemon=True)
+        self._thread = threading.Thread(target=self._spin, name="loop-monitor", daemon=True)
         self._thread.start()
 
     def _spin(self) -> None:
@@ -95,8 +99,7 @@ class LoopMonitor:
     def _on_executed(self, msg: Any) -> None:
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         with self._lock:
-            self.executed.append((stamp, msg.header.frame_id,
-                                  np.asarray(msg.position, dtype=float)))
+            self.executed.append((stamp, msg.header.frame_id, np.asarray(msg.position, dtype=float)))
 
     def _on_joints(self, msg: Any) -> None:
         q = np.asarray(msg.position, dtype=float)
@@ -104,8 +107,7 @@ class LoopMonitor:
             if self.joint_first is None:
                 self.joint_first = q
             elif q.shape == self.joint_first.shape:
-                self.joint_max_dev = max(self.joint_max_dev,
-                                         float(np.max(np.abs(q - self.joint_first))))
+                self.joint_max_dev = max(self.joint_max_dev, float(np.max(np.abs(q - self.joint_first))))
 
     # queries
     def n_chunks(self) -> int:
@@ -134,8 +136,9 @@ class LoopMonitor:
         if self.ask_pub.get_subscription_count() == 0:
             return False
         diag = self.last_diag(self._oxygen_status)
-        matched = [int(v) >= 1 for k, v in diag.items()
-                   if k.startswith('subscribers ') and k.endswith(self._answer_topics)]
+        matched = [
+            int(v) >= 1 for k, v in diag.items() if k.startswith("subscribers ") and k.endswith(self._answer_topics)
+        ]
         if len(matched) < len(self._answer_topics) or not all(matched):
             return False
         self.ask_pub.publish(self._String(data=text))

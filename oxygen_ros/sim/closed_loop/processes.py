@@ -12,23 +12,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ['REPO', 'ChildProcess', 'child_env', 'config_dir', 'control_period', 'ros_domain',
-           'wait_for']
+__all__ = ["REPO", "ChildProcess", "child_env", "config_dir", "control_period", "ros_domain", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[3]
-_LOG_LINE = re.compile(r'^\[(WARN|ERROR|FATAL)\]')
+_LOG_LINE = re.compile(r"^\[(WARN|ERROR|FATAL)\]")
 
 
 def config_dir() -> Path:
     """The package's config folder: the source tree's, else the ament share folder."""
-    if (REPO / 'config' / 'sim.yaml').is_file():
-        return REPO / 'config'
+    if (REPO / "config" / "sim.yaml").is_file():
+        return REPO / "config"
     try:
         from ament_index_python.packages import get_package_share_directory
 
-        return Path(get_package_share_directory('oxygen_ros')) / 'config'
+        return Path(get_package_share_directory("oxygen_ros")) / "config"
     except Exception:  # not installed through ament: fall back to the source layout
-        return REPO / 'config'
+        return REPO / "config"
 
 
 def control_period(sim_yaml: Path) -> float:
@@ -38,8 +37,8 @@ def control_period(sim_yaml: Path) -> float:
     try:
         doc = yaml.safe_load(sim_yaml.read_text()) or {}
         for key, section in doc.items():
-            if str(key).split('/')[-1] == 'aloha_sim':
-                return 1.0 / float(section['ros__parameters'].get('control_rate_hz', 50.0))
+            if str(key).split("/")[-1] == "aloha_sim":
+                return 1.0 / float(section["ros__parameters"].get("control_rate_hz", 50.0))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
         pass
     return 0.02
@@ -48,10 +47,9 @@ def control_period(sim_yaml: Path) -> float:
 def child_env(domain_id: int) -> dict[str, str]:
     """The environment of a child node: this one, on ``domain_id``, localhost DDS, unbuffered."""
     env = dict(os.environ)
-    env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-    env.update(ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1',
-               RCUTILS_LOGGING_BUFFERED_STREAM='0')
-    env['PYTHONPATH'] = os.pathsep.join(p for p in (str(REPO), env.get('PYTHONPATH', '')) if p)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.update(ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1", RCUTILS_LOGGING_BUFFERED_STREAM="0")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -65,9 +63,10 @@ class ChildProcess:
 
     def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> None:
         self.name, self.cmd, self.log = name, cmd, log
-        self._file = open(log, 'wb')
-        self.popen = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._file,
-                                      stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
+        self._file = open(log, "wb")
+        self.popen = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=self._file, stderr=subprocess.STDOUT, preexec_fn=_default_sigint
+        )
         self.started = time.monotonic()
 
     def alive(self) -> bool:
@@ -96,14 +95,15 @@ class ChildProcess:
     def problems(self) -> list[str]:
         """WARN / ERROR / FATAL lines and Python tracebacks of the log."""
         try:
-            lines = self.log.read_text(errors='replace').splitlines()
+            lines = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return []
-        return [ln for ln in lines if _LOG_LINE.match(ln) or ln.startswith('Traceback')]
+        return [ln for ln in lines if _LOG_LINE.match(ln) or ln.startswith("Traceback")]
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, poll: float = 0.05,
-          abort: Callable[[], str] | None = None) -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float, poll: float = 0.05, abort: Callable[[], str] | None = None
+) -> Any:
     """Poll ``pred`` every ``poll`` s until truthy, ``timeout`` s pass or ``abort()`` says why."""
     end = time.monotonic() + timeout
     value = pred()
@@ -121,8 +121,8 @@ def ros_domain(domain_id: int | None) -> Iterator[int]:
     if domain_id is not None:
         yield domain_id
         return
-    if 'ROS_DOMAIN_ID' in os.environ:
-        yield int(os.environ['ROS_DOMAIN_ID'])
+    if "ROS_DOMAIN_ID" in os.environ:
+        yield int(os.environ["ROS_DOMAIN_ID"])
         return
     try:
         from domain_coordinator import domain_id as coordinated

@@ -15,11 +15,12 @@ import numpy as np
 from oxygen_ros.sim.scene import SimScene
 from oxygen_ros.sim.task.script import ScriptedPickLift
 
-__all__ = ['OracleScript', 'script_chunk']
+__all__ = ["OracleScript", "script_chunk"]
 
 
-def script_chunk(script: ScriptedPickLift, t_obs: float, t0: float, horizon: int = 50,
-                 period_s: float = 0.02) -> np.ndarray:
+def script_chunk(
+    script: ScriptedPickLift, t_obs: float, t0: float, horizon: int = 50, period_s: float = 0.02
+) -> np.ndarray:
     """``[horizon, 14]`` float64: ``script(t_obs + (i + 1) * period_s - t0)`` for each point ``i``."""
     return np.stack([script(t_obs + (i + 1) * period_s - t0) for i in range(int(horizon))])
 

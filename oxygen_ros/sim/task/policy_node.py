@@ -33,15 +33,15 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.convert.trajectory import chunk_to_joint_trajectory
+from oxygen_ros.ros.params.files import check_node_arguments
 from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos
 from oxygen_ros.sim.params import STATUS_NAME
 from oxygen_ros.sim.scene import JOINT_NAMES
 from oxygen_ros.sim.task.oracle import OracleScript
-from oxygen_ros.ros.params.files import check_node_arguments
 
-__all__ = ['ScriptedPolicyNode', 'main']
+__all__ = ["ScriptedPolicyNode", "main"]
 
-NODE_NAME = 'scripted_policy'
+NODE_NAME = "scripted_policy"
 
 
 def _sec(stamp: Any) -> float:
@@ -54,31 +54,33 @@ class ScriptedPolicyNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
         d = self.declare_parameter
-        self.seed = int(d('seed', 0).value)
-        self.latency_s = float(d('latency_s', 0.0).value)
-        horizon = int(d('horizon', 50).value)
-        self.period_s = float(d('control_period_s', 0.02).value)
-        camera_topic = str(d('camera_topic', 'cam_high/image_raw/compressed').value)
-        raw = str(d('camera_type', 'compressed').value) == 'raw'
+        self.seed = int(d("seed", 0).value)
+        self.latency_s = float(d("latency_s", 0.0).value)
+        horizon = int(d("horizon", 50).value)
+        self.period_s = float(d("control_period_s", 0.02).value)
+        camera_topic = str(d("camera_topic", "cam_high/image_raw/compressed").value)
+        raw = str(d("camera_type", "compressed").value) == "raw"
         if horizon < 1 or not 0 < self.period_s <= 1 or not self.latency_s >= 0:
-            raise ValueError(f'horizon {horizon} / control_period_s {self.period_s} / latency_s '
-                             f'{self.latency_s} out of range')
+            raise ValueError(
+                f"horizon {horizon} / control_period_s {self.period_s} / latency_s {self.latency_s} out of range"
+            )
         self.oracle = OracleScript(self.seed, horizon, self.period_s)
         self._pending: collections.deque = collections.deque()  # (due, stamp, chunk message)
         self._have_state = False
         self._min_stamp = -1.0  # observations at or before a reset are dropped
         self.published = 0
-        self.pub = self.create_publisher(JointTrajectory, str(d('action_topic', 'action_chunk').value),
-                                         reliable_qos())
-        self.create_subscription(Image if raw else CompressedImage, camera_topic, self._on_image,
-                                 sensor_data_qos())
-        self.create_subscription(JointState, str(d('joint_state_topic', 'joint_states').value),
-                                 self._on_state, sensor_data_qos())
-        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, reliable_qos(10))
+        self.pub = self.create_publisher(JointTrajectory, str(d("action_topic", "action_chunk").value), reliable_qos())
+        self.create_subscription(Image if raw else CompressedImage, camera_topic, self._on_image, sensor_data_qos())
+        self.create_subscription(
+            JointState, str(d("joint_state_topic", "joint_states").value), self._on_state, sensor_data_qos()
+        )
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(10))
         self.create_timer(0.005, self._flush)
-        self.get_logger().info(f'scripted oracle policy: seed {self.seed}, latency '
-                               f'{self.latency_s * 1e3:.0f} ms, {horizon} points every '
-                               f'{self.period_s * 1e3:g} ms, one chunk per image of {camera_topic}')
+        self.get_logger().info(
+            f"scripted oracle policy: seed {self.seed}, latency "
+            f"{self.latency_s * 1e3:.0f} ms, {horizon} points every "
+            f"{self.period_s * 1e3:g} ms, one chunk per image of {camera_topic}"
+        )
 
     def _on_state(self, _msg: JointState) -> None:
         self._have_state = True
@@ -89,14 +91,14 @@ class ScriptedPolicyNode(Node):
                 continue
             values = {kv.key: kv.value for kv in st.values}
             try:
-                resets = int(values.get('resets', '0'))
+                resets = int(values.get("resets", "0"))
             except ValueError:
                 continue
             if resets > self.oracle.resets:
                 self.oracle.new_episode(resets)
                 self._min_stamp = _sec(msg.header.stamp)
                 self._pending.clear()
-                self.get_logger().info(f'sim reset #{resets}: new episode, cube seed {self.oracle.seed}')
+                self.get_logger().info(f"sim reset #{resets}: new episode, cube seed {self.oracle.seed}")
 
     def _on_image(self, msg: Any) -> None:
         t = _sec(msg.header.stamp)
@@ -116,7 +118,7 @@ class ScriptedPolicyNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``scripted_policy``: run until SIGINT (exit 0; 2 for bad parameters)."""
-    check_node_arguments('scripted_policy', __doc__.split('\n\n')[0], args)  # --help; a non-ROS argument: exit 2
+    check_node_arguments("scripted_policy", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
     rclpy.init(args=args)
     try:
         node = ScriptedPolicyNode()
@@ -138,5 +140,5 @@ def main(args: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,7 @@ import numpy as np
 
 from oxygen_ros.sim.scene import _ARM_JOINTS, CUBE_REST_Z, GRIPPER_CLOSED, GRIPPER_OPEN, SimScene
 
-__all__ = ['ScriptedPickLift']
+__all__ = ["ScriptedPickLift"]
 
 
 class _ArmIK:

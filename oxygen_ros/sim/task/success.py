@@ -27,7 +27,7 @@ import numpy as np
 
 from oxygen_ros.sim.scene import CUBE_REST_Z
 
-__all__ = ['ARM_INDICES', 'GRIPPER_INDICES', 'LANDED_TOL_M', 'LiftSuccess']
+__all__ = ["ARM_INDICES", "GRIPPER_INDICES", "LANDED_TOL_M", "LiftSuccess"]
 
 ARM_INDICES = np.array([0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12])
 GRIPPER_INDICES = np.array([6, 13])
@@ -47,11 +47,9 @@ class LiftSuccess:
         ValueError: non-positive lift height or negative hold.
     """
 
-    def __init__(self, lift_height_m: float = 0.05, lift_hold_s: float = 1.0,
-                 rest_z: float = CUBE_REST_Z) -> None:
+    def __init__(self, lift_height_m: float = 0.05, lift_hold_s: float = 1.0, rest_z: float = CUBE_REST_Z) -> None:
         if not lift_height_m > 0 or not lift_hold_s >= 0:
-            raise ValueError(f'lift_height_m must be > 0 and lift_hold_s >= 0, got '
-                             f'{lift_height_m}, {lift_hold_s}')
+            raise ValueError(f"lift_height_m must be > 0 and lift_hold_s >= 0, got {lift_height_m}, {lift_hold_s}")
         self.lift_height_m, self.lift_hold_s, self.rest_z = float(lift_height_m), float(lift_hold_s), rest_z
         self.reset()
 
@@ -69,8 +67,7 @@ class LiftSuccess:
         self._above_since: float | None = None
         self._q: np.ndarray | None = None
 
-    def update(self, t: float, cube_z: float, q: np.ndarray, reward: float = 0.0,
-               started: bool = True) -> bool:
+    def update(self, t: float, cube_z: float, q: np.ndarray, reward: float = 0.0, started: bool = True) -> bool:
         """One control step, after it: ``t`` sim seconds (any origin, increasing), cube centre
         height ``cube_z`` (m), measured joints ``q`` ``[14]``, gym-aloha reward of the step,
         ``started`` whether a policy commanded this step (the first such step starts the episode).
@@ -116,11 +113,15 @@ class LiftSuccess:
         """The episode values (module doc), rounded for a status message (safe to call from
         another thread than :meth:`update`'s)."""
         start, success_time = self.start, self.success_time  # read once: another thread may reset
-        return {'episode_started': start is not None,
-                'episode_time_s': 0.0 if start is None else round(self.now - start, 3),
-                'success': self.success,
-                'success_time_s': None if success_time is None else round(success_time, 3),
-                'lift_max_m': round(self.lift_max, 4), 'max_reward': int(self.max_reward),
-                'path_length_rad': round(self.path_length, 4),
-                'gripper_path_length': round(self.gripper_path_length, 4),
-                'lift_height_m': self.lift_height_m, 'lift_hold_s': self.lift_hold_s}
+        return {
+            "episode_started": start is not None,
+            "episode_time_s": 0.0 if start is None else round(self.now - start, 3),
+            "success": self.success,
+            "success_time_s": None if success_time is None else round(success_time, 3),
+            "lift_max_m": round(self.lift_max, 4),
+            "max_reward": int(self.max_reward),
+            "path_length_rad": round(self.path_length, 4),
+            "gripper_path_length": round(self.gripper_path_length, 4),
+            "lift_height_m": self.lift_height_m,
+            "lift_hold_s": self.lift_hold_s,
+        }
