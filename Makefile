@@ -50,7 +50,7 @@ endif
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: setup demo test test-fast docs clean colcon-build check-numpy1
+.PHONY: setup demo test test-fast lint docs clean colcon-build check-numpy1
 
 $(VENV)/.stamp: requirements.txt requirements-numpy1.txt requirements-eval.txt requirements-dev.txt $(ROS_REQUIREMENTS) requirements-sim.txt setup.py package.xml
 	@echo "[setup 1/6] creating $(VENV) with $(PYTHON)"
@@ -103,6 +103,13 @@ test: setup $(COLCON_VENV)/.stamp
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not ros" $(PYTEST_ARGS)
+
+# Lint, format and types, with requirements-dev.txt's pinned tools: ruff (ruff.toml) and mypy
+# (mypy.ini: strict for core/cache, core/engine, core/rtc; gradual elsewhere). CI runs it first.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 # The guides in docs/ and the API reference from the docstrings (Sphinx + MyST, as rosdoc2 builds ROS
 # packages); warnings are errors. Output: docs/_build/html/index.html
