@@ -66,7 +66,7 @@ ENV_KEYS = {
 def run_bench(tmp_path, *args):
     out = tmp_path / "bench"
     # eager points only: compiled points are the same code with compile (covered, bounded, by
-    # test/core/test_compiled.py); compiling every bucket here would take minutes on 2 cores
+    # test/core/engine/test_compiled.py); compiling every bucket here would take minutes on 2 cores
     extra = ["--compile", "none"] if "--quick" in args and "--compile" not in args else []
     rc = bench.main([*args, *extra, "--threads", "1", "--out", str(out), "--no-progress"])
     assert rc == 0

@@ -703,7 +703,7 @@ def test_bounds_hold_the_presets_and_refuse_just_outside():
 
 
 def test_the_bounds_table_of_the_docs_is_the_code():
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "checkpoint.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "checkpoint.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("  | `")}
     for path, (lo, hi, _ref) in cc.BOUNDS.items():
         row = next((r for names, r in rows.items() if f"`{path}`" in names.split(", ")), None)

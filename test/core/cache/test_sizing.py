@@ -2,7 +2,7 @@
 per frame at k = 1) with a bounded queue; the configure-time message; impossible configurations."""
 
 import pytest
-from test_engine_faults import make_obs
+from engine_inputs import make_obs
 
 from oxygen_ros.core.cache.sizing import PoolSizeError, in_flight_requests, plan_pool
 from oxygen_ros.core.config import ConfigError, EngineConfig

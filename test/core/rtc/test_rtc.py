@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_recompiles import fullgraph, no_recompile  # noqa: F401  (fixtures)
 
 from oxygen_ros.core.action_space import ActionSpace, ActionSpaceConfig
 from oxygen_ros.core.config import ConfigError, EngineConfig
@@ -190,7 +189,7 @@ def test_explicit_leftover_and_bad_ones(policy):
     assert eng.dropped_observations == 3 and eng.handover._last is None  # and the next is not guided
 
 
-def test_changing_the_delay_never_recompiles(policy, fullgraph, no_recompile):  # noqa: F811
+def test_changing_the_delay_never_recompiles(policy, fullgraph, no_recompile):
     eng = make_engine(policy, EngineConfig(tasks=(), num_denoise_steps=3, compile="default"), rtc=_rtc())
     eng.warmup()
     graphs = {s.name: s.graphs for s in eng.runner.stages}

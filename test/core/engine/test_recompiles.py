@@ -6,7 +6,6 @@ Dynamo's guards and graph caches do not depend on the backend, so these tests co
 in ``test_compiled.py``.
 """
 
-import functools
 import logging
 
 import numpy as np
@@ -32,26 +31,6 @@ def policy():
     return Pi05Policy.from_pretrained(
         "pi05-tiny", device="cpu", config_overrides={"image_slots": SLOTS}, prompt_overflow="truncate"
     )
-
-
-@pytest.fixture
-def fullgraph(monkeypatch):
-    """Stages compile with dynamo's ``eager`` backend and ``fullgraph=True``."""
-    real = torch.compile
-
-    def compile_(fn, mode=None, dynamic=False):
-        return real(fn, backend="eager", dynamic=dynamic, fullgraph=True)
-
-    monkeypatch.setattr(compiled.torch, "compile", compile_)
-
-
-@pytest.fixture
-def no_recompile():
-    """Turns on ``error_on_recompile`` (call it after warm-up); restored after the test."""
-    cfg = torch._dynamo.config
-    old = cfg.error_on_recompile
-    yield functools.partial(setattr, cfg, "error_on_recompile", True)
-    cfg.error_on_recompile = old
 
 
 def _obs(f: int, instruction: str, cameras: int) -> Observation:

@@ -8,13 +8,13 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from engine_inputs import make_obs
 
 from oxygen_ros.bench.injection import FaultInjector
 from oxygen_ros.core.config import EngineConfig, TaskConfig
 from oxygen_ros.core.engine.engine import Engine
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.policy import Pi05Policy
-from oxygen_ros.core.types import Observation
 
 TASKS = (
     TaskConfig("conversation", "Question: {text}\nAnswer: ", max_new_tokens=12),
@@ -34,17 +34,6 @@ FRAMES = 12
 @pytest.fixture(scope="module")
 def policy():
     return Pi05Policy.from_pretrained("pi05-tiny", device="cpu")
-
-
-def make_obs(i: int) -> Observation:
-    rng = np.random.default_rng(300 + i)
-    imgs = {
-        "base_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-        "left_wrist_0_rgb": rng.integers(0, 256, (30, 40, 3), dtype=np.uint8),
-    }
-    return Observation(
-        images=imgs, state=rng.uniform(-1, 1, 14).astype(np.float32), instruction="pick up the cube", stamp=float(i)
-    )
 
 
 def run(policy, fault=None, on_action=None):

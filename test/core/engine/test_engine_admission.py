@@ -5,7 +5,7 @@ rejected at submission with its reason, a request waiting too long expires with 
 import time
 
 import pytest
-from test_engine_faults import make_obs
+from engine_inputs import make_obs
 
 from oxygen_ros.core.config import EngineConfig, TaskConfig
 from oxygen_ros.core.engine.engine import Engine
