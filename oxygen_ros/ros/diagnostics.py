@@ -144,7 +144,7 @@ class ProblemLog:
     def __init__(self, recent_s: float = 5.0) -> None:
         self.recent_s = recent_s
         self._lock = threading.Lock()
-        self._items: dict[str, list] = {}  # kind -> [count, last message, last time, level]
+        self._items: dict[str, list[Any]] = {}  # kind -> [count, last message, last time, level]
 
     def report(self, kind: str, message: str, now: float, level: int = WARN) -> bool:
         """Count a problem; returns True the first time ``kind`` is reported (for logging once)."""

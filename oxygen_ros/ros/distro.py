@@ -17,8 +17,11 @@ Thor): ``make test`` and ``make test ROS_DISTRO=jazzy`` (docs/development.md). D
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rclpy.executors import Executor
 
 __all__ = ["close_context", "events_executor"]
 
@@ -46,10 +49,10 @@ def close_context(
         node.destroy_node()
 
 
-def events_executor() -> type | None:
+def events_executor() -> Callable[..., Executor] | None:
     """rclpy's C++ ``EventsExecutor`` class where this rclpy has it (Jazzy 7.1 and Kilted), else None."""
     try:
-        from rclpy.experimental import EventsExecutor
+        from rclpy.experimental import EventsExecutor  # type: ignore[attr-defined]  # re-exported without __all__
     except ImportError:
         return None
     return EventsExecutor

@@ -31,6 +31,8 @@ from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
 
 if TYPE_CHECKING:
+    from rclpy.impl.rcutils_logger import RcutilsLogger
+
     from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = ["InferenceWorker"]
@@ -67,7 +69,7 @@ class InferenceWorker:
         outputs: Outputs,
         stats: FrameStats,
         report: Callable[[str, str, int], None],
-        logger,
+        logger: RcutilsLogger,
         camera_sync_s: float = 0.0,
         *,
         frames: RobotFrames,

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.timer import Timer
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
@@ -159,7 +160,7 @@ class InputHandler:
                 self.ask_topics[task] = self._subs[-1].topic_name
         self.watch = InputWatch(list(self.topics), cfg.input_timeout_s)
         self._arrived = self.watch.last  # the callbacks' one store per message
-        self._watch_timer = node.create_timer(
+        self._watch_timer: Timer | None = node.create_timer(
             min(0.25, cfg.input_timeout_s / 4), self._check_inputs, callback_group=sensors
         )
 

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
@@ -35,6 +35,7 @@ from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedE
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
+from rclpy.timer import Timer
 from rclpy.utilities import get_default_context
 
 from oxygen_ros.ros.convert.stamps import StampBook
@@ -54,6 +55,10 @@ from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.shadow import ShadowMonitor
 from oxygen_ros.ros.streams.text import Emit, ignored_notice
 
+if TYPE_CHECKING:
+    from oxygen_ros.core.engine.engine import Engine
+    from oxygen_ros.core.policy import Pi05Policy
+
 __all__ = ["OxygenNode", "main", "make_executor"]
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -62,18 +67,20 @@ SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FA
 class OxygenNode(LifecycleNode):
     """π0.5 VLA executor node (see module doc). ``kwargs`` go to ``LifecycleNode``."""
 
-    def __init__(self, node_name: str = "oxygen", **kwargs) -> None:
+    def __init__(self, node_name: str = "oxygen", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         declare_node_params(self)
         self.problems = ProblemLog()
         self.stats = FrameStats()
         self.cfg: NodeConfig | None = None
         self.configure_error = ""
-        self.policy = self.engine = self.assembler = None
+        self.policy: Pi05Policy | None = None
+        self.engine: Engine | None = None
+        self.assembler: ObservationAssembler | None = None
         self.inputs: InputHandler | None = None
         self.outputs: Outputs | None = None
         self.worker: InferenceWorker | None = None
-        self._command_timer = None
+        self._command_timer: Timer | None = None
         self._command_group = MutuallyExclusiveCallbackGroup()
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         period = self.get_parameter("diagnostics_period_s").value
@@ -97,7 +104,7 @@ class OxygenNode(LifecycleNode):
         if self.problems.report(kind, message, time.monotonic(), level):
             log_at(self.get_logger(), level, f"{kind}: {message}")
 
-    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
+    def _on_set_parameters(self, params: list[Parameter[Any]]) -> SetParametersResult:
         """A parameter change (``ros2 param set``, ``oxygen params set``): in *unconfigured* every
         value is accepted (read at configure); a configured node applies live ones from the next
         frame and refuses the others with how to apply them (:mod:`oxygen_ros.ros.params.live`)."""
@@ -116,11 +123,16 @@ class OxygenNode(LifecycleNode):
     def _apply_live(self, params: dict[str, object]) -> str:
         """Check ``params`` (:func:`~oxygen_ros.ros.params.live.live_update`) and hand the new
         configuration to the engine and to each part's ``reconfigure``; all or none. Returns
-        ``''`` when applied, else the reason every one was refused."""
+        ``''`` when applied, else the reason every one was refused. Raises when a part is missing
+        (a transition racing): the caller refuses the change."""
+        cfg, engine, assembler = self.cfg, self.engine, self.assembler
+        worker, outputs, inputs = self.worker, self.outputs, self.inputs
+        if cfg is None or engine is None or assembler is None or worker is None or outputs is None or inputs is None:
+            raise RuntimeError("the node is not configured")
         update = live_update(
-            self.cfg,
-            self.engine.cfg,
-            self.engine.rtc,
+            cfg,
+            engine.cfg,
+            engine.rtc,
             lambda n: self.get_parameter(n).value if self.has_parameter(n) else None,
             params,
             self.lifecycle_state,
@@ -128,15 +140,15 @@ class OxygenNode(LifecycleNode):
         if update is None or isinstance(update, str):
             return update or ""
         new = update.cfg
-        self.engine.reconfigure(update.engine, update.rtc)
-        self.assembler.reconfigure(
-            assembler_config(new, self.assembler.cfg.slots),
+        engine.reconfigure(update.engine, update.rtc)
+        assembler.reconfigure(
+            assembler_config(new, assembler.cfg.slots),
             new.instruction if "instruction" in update.changed else None,
         )
-        self.worker.reconfigure(new)
-        self.outputs.reconfigure(new)
-        self.inputs.reconfigure(new)
-        if new.diagnostics_period_s != self.cfg.diagnostics_period_s:
+        worker.reconfigure(new)
+        outputs.reconfigure(new)
+        inputs.reconfigure(new)
+        if new.diagnostics_period_s != cfg.diagnostics_period_s:
             self.set_diagnostics_period(new.diagnostics_period_s)
         self.cfg = new
         return ""
@@ -179,15 +191,17 @@ class OxygenNode(LifecycleNode):
         except Exception as exc:  # model files, CUDA, sizes: report instead of crashing
             self._release()
             return self._fail_configure(f"{type(exc).__name__}: {exc}")
+        policy, engine = self.policy, self.engine
+        assert policy is not None and engine is not None  # _load sets both or raises
         self.cfg, self.configure_error = cfg, ""
         for note in cfg.notes:
             self.get_logger().warning(note)
         if self._diag_timer.timer_period_ns != int(cfg.diagnostics_period_s * 1e9):  # set while unconfigured
             self.set_diagnostics_period(cfg.diagnostics_period_s)
         self.get_logger().info(
-            f"configured: model {cfg.model!r} on {self.policy.model.device} "
-            f"({self.policy.model.dtype}), cameras {sorted(cfg.cameras)}, "
-            f"{len(cfg.joint_names)} joints, KV pool {self.engine.pool.blocks.num_blocks} blocks"
+            f"configured: model {cfg.model!r} on {policy.model.device} "
+            f"({policy.model.dtype}), cameras {sorted(cfg.cameras)}, "
+            f"{len(cfg.joint_names)} joints, KV pool {engine.pool.blocks.num_blocks} blocks"
         )
         return SUCCESS
 
@@ -201,33 +215,35 @@ class OxygenNode(LifecycleNode):
         from oxygen_ros.core.robot_io import RobotFrames
 
         frames = RobotFrames(action_space(cfg))  # a parameter/checkpoint mismatch fails configure here
-        self.policy = load_policy(cfg)
-        slots = tuple(self.policy.cfg.image_slots)
-        self.engine = make_engine(
-            self.policy,
+        self.policy = policy = load_policy(cfg)
+        slots = tuple(policy.cfg.image_slots)
+        self.engine = engine = make_engine(
+            policy,
             cfg.engine,
             rtc=cfg.rtc,
             rtc_relative=(frames.space.delta, frames.space.anchor),  # delta spaces
             stamp_clock=lambda: self.get_clock().now().nanoseconds * 1e-9,
         )  # stamp → chunk
-        self.get_logger().info(self.engine.pool_plan.describe())
-        self.engine.warmup()
+        self.get_logger().info(engine.pool_plan.describe())
+        engine.warmup()
         # every endpoint and part of the configured node, created here with what it needs
         self.cfg = cfg
-        self.assembler = ObservationAssembler(assembler_config(cfg, slots), decode_image, instruction=cfg.instruction)
+        self.assembler = assembler = ObservationAssembler(
+            assembler_config(cfg, slots), decode_image, instruction=cfg.instruction
+        )
         stamps = StampBook()  # input header stamps, reused bit for bit on the outputs
         shadow = None
         if cfg.shadow.enabled and cfg.shadow.operator_topic:
             shadow = ShadowMonitor(
                 self, cfg.shadow, cfg.joint_names, cfg.control_period_s, qos_from_name(cfg.shadow_operator_qos)
             )
-        self.outputs = Outputs(
-            self, cfg, slots, self.policy.cfg.vision.image_size, self.report, stamp_of=stamps.exact, shadow=shadow
+        self.outputs = outputs = Outputs(
+            self, cfg, slots, policy.cfg.vision.image_size, self.report, stamp_of=stamps.exact, shadow=shadow
         )
-        self.worker = InferenceWorker(
-            self.engine,
-            self.assembler,
-            self.outputs,
+        self.worker = worker = InferenceWorker(
+            engine,
+            assembler,
+            outputs,
             self.stats,
             self.report,
             self.get_logger(),
@@ -239,8 +255,8 @@ class OxygenNode(LifecycleNode):
         self.inputs = InputHandler(
             self,
             cfg,
-            self.assembler,
-            self.worker.ask,
+            assembler,
+            worker.ask,
             self.problems,
             time.monotonic,
             self._on_time_jump,
@@ -251,13 +267,15 @@ class OxygenNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the inference thread, the command timer and input processing."""
         ret = super().on_activate(state)  # enables the lifecycle publishers
-        if self.cfg.action_rate_hz > 0:
+        cfg, worker, inputs = self.cfg, self.worker, self.inputs
+        assert cfg is not None and worker is not None and inputs is not None  # activate follows a configure
+        if cfg.action_rate_hz > 0:
             self._command_timer = self.create_timer(
-                1.0 / self.cfg.action_rate_hz, self._command_tick, callback_group=self._command_group
+                1.0 / cfg.action_rate_hz, self._command_tick, callback_group=self._command_group
             )
-        self.worker.start()
-        self.inputs.activate()
-        self.get_logger().info(f"active, ready: {self.inputs.describe()}")
+        worker.start()
+        inputs.activate()
+        self.get_logger().info(f"active, ready: {inputs.describe()}")
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -268,7 +286,8 @@ class OxygenNode(LifecycleNode):
             ended = self.worker.end_requests("node deactivated")
             if ended:
                 self.get_logger().info(f"deactivated: {ended} language requests ended (cancelled)")
-            self.engine.reset_chunks("reset")  # the next chunk after activation follows nothing
+            if self.engine is not None:  # (set with the worker)
+                self.engine.reset_chunks("reset")  # the next chunk after activation follows nothing
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:

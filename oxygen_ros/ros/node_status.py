@@ -22,7 +22,7 @@ and, per output topic, the subscriptions its publisher has matched (``subscriber
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
@@ -50,7 +50,9 @@ class NodeView(Protocol):
     stats: FrameStats
     problems: ProblemLog
     configure_error: str
-    lifecycle_state: str
+
+    @property
+    def lifecycle_state(self) -> str: ...
 
     def get_name(self) -> str: ...
 
@@ -123,7 +125,7 @@ def chunk_timeout(cfg: Any, values: dict[str, object]) -> float:
     if cfg.chunk_timeout_s > 0:
         return float(cfg.chunk_timeout_s)
     p50 = float(values.get("frame_time_p50_ms", 0.0) or 0.0) * 1e-3  # type: ignore[arg-type]
-    return round(max(2.0, 2.0 * cfg.input_timeout_s, 10.0 * p50), 3)
+    return round(max(2.0, 2.0 * float(cfg.input_timeout_s), 10.0 * p50), 3)
 
 
 def compile_notes(values: dict[str, object]) -> list[str]:
@@ -159,7 +161,8 @@ def inference_status(node: NodeView, now: float) -> DiagnosticStatus:
     live = node.inputs.liveness(now)
     worker = node.worker
     dead = worker is not None and not worker.alive
-    stalled = None if worker is None else worker.stalled(now, float(values["chunk_timeout_s"]))
+    # chunk_timeout_s: a float (chunk_timeout()) that _values sets whenever there is a worker
+    stalled = None if worker is None else worker.stalled(now, float(cast(float, values["chunk_timeout_s"])))
     if stalled and (dead or not live.all_stopped):  # inputs that stopped explain a silent action path
         level = ERROR
         parts.append(stalled)

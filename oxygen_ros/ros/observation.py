@@ -123,7 +123,7 @@ class ObservationAssembler:
         self._states: collections.deque[tuple[float, np.ndarray]] = collections.deque(maxlen=cfg.state_history)
         self._state_newest: float | None = None
         self._t_ref: float | None = None
-        self._last_key: tuple | None = None
+        self._last_key: tuple[tuple[tuple[str, float], ...], float] | None = None  # (fresh, state time)
         self._generation = 0
         self.dropped_out_of_order = 0
         self.time_jumps = 0

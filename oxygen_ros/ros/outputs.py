@@ -12,7 +12,7 @@ non-finite value is refused and reported, so nothing non-finite ever reaches the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rclpy.lifecycle import LifecycleNode
@@ -35,6 +35,10 @@ from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
 from oxygen_ros.ros.streams.commands import CommandStream
 from oxygen_ros.ros.streams.text import Emit
+
+if TYPE_CHECKING:
+    from rclpy.lifecycle import LifecyclePublisher
+    from rclpy.publisher import Publisher
 
 __all__ = ["Outputs"]
 
@@ -81,7 +85,8 @@ class Outputs:
             self.position_action = self._pub(JointTrajectory, cfg.position_action_topic, cfg.action_qos)
         self._command_field = "velocity" if space.kind == "velocity" else "position"
         self._command_names: tuple[str, ...] = ()
-        self.deltas, self.texts = {}, {}
+        self.deltas: dict[str, Publisher[String]] = {}
+        self.texts: dict[str, Publisher[String]] = {}
         self._text_pubs = []  # plain publishers (see the module doc)
         for task, topics in cfg.task_topics.items():
             for book, topic in ((self.deltas, topics.delta), (self.texts, topics.text)):
@@ -89,7 +94,7 @@ class Outputs:
                 self._text_pubs.append(book[task])
         self.command_stream = CommandStream(cfg.control_period_s, cfg.command_max_hold_s)
         self.stamp_of = stamp_of
-        self.command = None
+        self.command: LifecyclePublisher[Any] | None = None
         if self.commanding and cfg.action_rate_hz > 0 and not cfg.controllers:
             cmd_type = JointState if cfg.command_type == "joint_state" else Float64MultiArray
             self.command = self._pub(cmd_type, cfg.command_topic, cfg.command_qos)
@@ -110,8 +115,8 @@ class Outputs:
         self.chunks = 0
         self.commands = 0
 
-    def _pub(self, msg_type: type, topic: str, qos: str):
-        pub = self._node.create_lifecycle_publisher(msg_type, topic, qos_from_name(qos))
+    def _pub(self, msg_type: type[Any], topic: str, qos: str) -> LifecyclePublisher[Any]:
+        pub: LifecyclePublisher[Any] = self._node.create_lifecycle_publisher(msg_type, topic, qos_from_name(qos))
         self._pubs.append(pub)
         return pub
 
@@ -132,8 +137,8 @@ class Outputs:
             self.shadow = None
         for pub in self._pubs:
             self._node.destroy_lifecycle_publisher(pub)
-        for pub in self._text_pubs:
-            self._node.destroy_publisher(pub)
+        for text_pub in self._text_pubs:
+            self._node.destroy_publisher(text_pub)
         self._pubs.clear()
         self._text_pubs.clear()
 
@@ -230,6 +235,7 @@ class Outputs:
             msg.header.stamp, msg.header.frame_id = header_stamp, self._cfg.frame_id
         else:
             msg = Float64MultiArray(data=sample.positions.tolist())
+        assert self.command is not None  # no forward groups (returned above): the command publisher
         self.command.publish(msg)
         self.commands += 1
         return True

@@ -19,6 +19,8 @@ Every accessor returns a new ``QoSProfile``, so callers may modify what they get
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rclpy.qos import (
     DurabilityPolicy,
     HistoryPolicy,
@@ -89,7 +91,7 @@ def system_default_qos() -> QoSProfile:
     )
 
 
-_BY_NAME = {
+_BY_NAME: dict[str, Callable[..., QoSProfile]] = {
     "sensor_data": sensor_data_qos,
     "reliable": reliable_qos,
     "text": text_qos,

@@ -23,8 +23,16 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from builtin_interfaces.msg import Time
+    from rclpy.node import Node
+    from rclpy.qos import QoSProfile
+    from sensor_msgs.msg import JointState
+    from trajectory_msgs.msg import JointTrajectory
 
 __all__ = ["OPERATOR_TYPES", "ShadowComparison", "ShadowConfig", "ShadowMonitor"]
 
@@ -163,7 +171,9 @@ class ShadowMonitor:
         qos: the subscription's QoS profile.
     """
 
-    def __init__(self, node, shadow: ShadowConfig, joints: Sequence[str], control_period_s: float, qos) -> None:
+    def __init__(
+        self, node: Node, shadow: ShadowConfig, joints: Sequence[str], control_period_s: float, qos: QoSProfile
+    ) -> None:
         from sensor_msgs.msg import JointState
         from trajectory_msgs.msg import JointTrajectory
 
@@ -173,11 +183,11 @@ class ShadowMonitor:
         self._sub = node.create_subscription(msg_type, shadow.operator_topic, self._on_command, qos)
         self._clock = node.get_clock()
 
-    def _time(self, stamp) -> float:
-        t = stamp.sec + stamp.nanosec * 1e-9
+    def _time(self, stamp: Time) -> float:
+        t: float = stamp.sec + stamp.nanosec * 1e-9
         return t if t > 0 else self._clock.now().nanoseconds * 1e-9  # unstamped: received now
 
-    def _on_command(self, msg) -> None:
+    def _on_command(self, msg: JointState | JointTrajectory) -> None:
         if hasattr(msg, "points"):  # JointTrajectory: its first point
             if not msg.points:
                 self.comparison.add_command(list(msg.joint_names), [math.nan], math.nan)  # counted as dropped

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         name: str,
         help_text: str,
         description: str | None = None,
-        where: argparse._SubParsersAction = verbs,
+        where: argparse._SubParsersAction[argparse.ArgumentParser] = verbs,
         ros2: str | None = None,
     ) -> argparse.ArgumentParser:
         equivalent = ros2 or _ROS2.get(name)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import yaml
-from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
+from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue, SetParametersResult
 from rcl_interfaces.srv import ListParameters, SetParameters
 
 from oxygen_ros.ros.cli.peer import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, Peer, from_parameter_value
@@ -100,7 +100,7 @@ def format_value(value: Any, _in_list: bool = False) -> str:
     return text if plain and text else json.dumps(text, ensure_ascii=False)
 
 
-def _scalar(value: Any, ptype: int, text: str) -> Any:
+def _scalar(value: Any, ptype: int, text: str | None) -> Any:
     if ptype == P.PARAMETER_STRING and not isinstance(value, str):
         return text if text is not None else format_value(value)
     if ptype == P.PARAMETER_DOUBLE and isinstance(value, int) and not isinstance(value, bool):
@@ -193,7 +193,7 @@ def list_names(peer: Peer, prefix: str, with_values: bool, write: Callable[[str]
     return EXIT_OK
 
 
-def _write_values(names: Sequence[str], values: dict, write: Callable[[str], None]) -> None:
+def _write_values(names: Sequence[str], values: dict[str, Any], write: Callable[[str], None]) -> None:
     for n in names:
         write(f"{n}: not set\n" if values[n] is None else f"{n} = {format_value(values[n])}\n")
 
@@ -254,7 +254,7 @@ def set_values(peer: Peer, pairs: Sequence[tuple[str, str]], write: Callable[[st
     described = peer.descriptors(names)
     checked = [_checked(peer, n, text, described[n]) for n, text in pairs]
     send = [(n, v) for n, v in zip(names, checked) if isinstance(v, ParameterValue)]
-    results = iter([])
+    results: Iterator[SetParametersResult] = iter([])
     if send:
         req = SetParameters.Request(parameters=[Parameter(name=n, value=v) for n, v in send])
         results = iter(peer.call(SetParameters, "set_parameters", req).results)

@@ -18,6 +18,7 @@ import rclpy
 from lifecycle_msgs.srv import GetState
 from rcl_interfaces.msg import ParameterDescriptor, ParameterType, ParameterValue
 from rcl_interfaces.srv import DescribeParameters, GetParameters
+from rclpy.client import Client
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
@@ -197,7 +198,7 @@ class Peer:
                 (code 1).
         """
         name = f"{self.fqn}/{suffix}"
-        client = self.node.create_client(srv_type, name)
+        client: Client[Any, Any] = self.node.create_client(srv_type, name)
         try:
             wait = self.timeout if timeout is None else timeout
             end = time.monotonic() + wait
@@ -246,4 +247,5 @@ class Peer:
         Raises:
             CliError: see :meth:`call`.
         """
-        return self.call(GetState, "get_state", GetState.Request()).current_state.label
+        label: str = self.call(GetState, "get_state", GetState.Request()).current_state.label
+        return label

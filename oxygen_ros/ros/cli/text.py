@@ -54,9 +54,10 @@ def _task_topics(peer: Peer, tasks: Sequence[str], keys: Sequence[str]) -> dict[
     return out
 
 
-def _node_matched(peer: Peer, endpoint: object, topic: str, publishers: bool, since: list[float]) -> bool:
-    """True when ``endpoint`` (our publisher / subscription on ``topic``) has matched the node's
-    endpoint and, within a short grace, every other endpoint of the topic in the graph."""
+def _node_matched(peer: Peer, matched: Callable[[], int], topic: str, publishers: bool, since: list[float]) -> bool:
+    """True when our publisher / subscription on ``topic`` (``matched``: its count of matched
+    endpoints, e.g. ``publisher.get_subscription_count``) has matched the node's endpoint and,
+    within a short grace, every other endpoint of the topic in the graph."""
     graph = (
         peer.node.get_publishers_info_by_topic(topic)
         if publishers
@@ -65,7 +66,7 @@ def _node_matched(peer: Peer, endpoint: object, topic: str, publishers: bool, si
     others = [i for i in graph if (i.node_name, i.node_namespace) != (peer.node.get_name(), "/")]
     if not any((i.node_name, i.node_namespace) == (peer.name, peer.namespace) for i in others):
         return False
-    count = endpoint.get_publisher_count() if publishers else endpoint.get_subscription_count()
+    count = matched()
     if count < 1:
         return False
     if not since:
@@ -103,10 +104,14 @@ def ask(peer: Peer, question: str, task: str, out: Callable[[str], None], err: C
         peer.node.create_subscription(String, topics["text"], lambda m: reader.text(m.data), qos),
     ]
     pub = peer.node.create_publisher(String, topics["ask"], _qos(values["ask_qos"], reliable_qos))
-    waits = [(pub, topics["ask"], False, []), (subs[0], topics["delta"], True, []), (subs[1], topics["text"], True, [])]
-    for endpoint, topic, publishers, since in waits:
+    waits: list[tuple[Callable[[], int], str, bool, list[float]]] = [
+        (pub.get_subscription_count, topics["ask"], False, []),
+        (subs[0].get_publisher_count, topics["delta"], True, []),
+        (subs[1].get_publisher_count, topics["text"], True, []),
+    ]
+    for matched, topic, publishers, since in waits:
         if not peer.spin_until(
-            functools.partial(_node_matched, peer, endpoint, topic, publishers, since),
+            functools.partial(_node_matched, peer, matched, topic, publishers, since),
             max(0.0, deadline - time.monotonic()),
         ):
             side = "publisher" if publishers else "subscription"
@@ -116,8 +121,8 @@ def ask(peer: Peer, question: str, task: str, out: Callable[[str], None], err: C
             )
     pub.publish(String(data=question))
     reader.published()
-    if peer.spin_until(lambda: reader.done, max(0.0, deadline - time.monotonic())):
-        return reader.code
+    if peer.spin_until(lambda: reader.done, max(0.0, deadline - time.monotonic())) and reader.code is not None:
+        return reader.code  # (done: the code is set)
     if reader.request_id is None:
         what = f"an utterance answering it to begin on {topics['delta']} or end on {topics['text']}"
     else:
@@ -188,7 +193,8 @@ def instruct(peer: Peer, instruction: str, out: Callable[[str], None]) -> int:
     pub = peer.node.create_publisher(String, topic, _qos(values["instruction_qos"], reliable_qos))
     since: list[float] = []
     if not peer.spin_until(
-        lambda: _node_matched(peer, pub, topic, False, since), max(0.0, deadline - time.monotonic())
+        lambda: _node_matched(peer, pub.get_subscription_count, topic, False, since),
+        max(0.0, deadline - time.monotonic()),
     ):
         raise CliError(
             f"timed out after {peer.timeout:g} s waiting for the subscription of {peer.fqn} on {topic} "

@@ -110,6 +110,7 @@ class AskReader:
             self._streaming = True
         elif _is_header(text):
             rid, question, _ = split_header(text, self.question)
+            assert rid is not None  # a header (_is_header) has its request number
             if not self.published_at:
                 self._old.add(rid)
             elif self._live:

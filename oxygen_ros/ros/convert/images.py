@@ -41,7 +41,7 @@ __all__ = [
 if hasattr(cv2.utils, "logging"):  # see the module doc; OpenCV 5 moved it here from cv2.setLogLevel (4.x)
     cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 else:
-    cv2.setLogLevel(0)  # 0 = LOG_LEVEL_SILENT in OpenCV 4.x
+    cv2.setLogLevel(0)  # type: ignore[attr-defined]  # 0 = LOG_LEVEL_SILENT in OpenCV 4.x (the stubs are 5.x)
 
 #: Most scans (SOS segments) a JPEG may hold: baseline has 1 per component, progressive ~10.
 MAX_JPEG_SCANS = 100
@@ -111,8 +111,10 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     pixels = flat[: step * height].reshape(height, step)[:, :row_bytes]
     pixels = pixels.reshape(height, width, channels)
     if code is None:
-        return pixels.copy()  # own the memory: msg.data may be reused by the caller
-    return cv2.cvtColor(np.ascontiguousarray(pixels), code)
+        owned: np.ndarray = pixels.copy()  # own the memory: msg.data may be reused by the caller
+        return owned
+    rgb: np.ndarray = cv2.cvtColor(np.ascontiguousarray(pixels), code)
+    return rgb
 
 
 def image_size(msg: Image | CompressedImage) -> tuple[int, int]:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from rclpy.serialization import deserialize_message
@@ -64,6 +65,11 @@ def _position_layout(data: bytes) -> tuple[list[tuple[int, int]], int, int]:
     return segments, count_at, _align(count_at + 4, 8)
 
 
+def _pick_one(i: int) -> Callable[[tuple[Any, ...]], tuple[float, ...]]:
+    """``v -> (v[i],)``: a one-joint pick, a tuple like ``operator.itemgetter(i, j, ...)`` gives."""
+    return lambda v: (v[i],)
+
+
 class JointStateDecoder:
     """Decodes serialized JointState messages into the positions of ``joint_names``.
 
@@ -80,7 +86,8 @@ class JointStateDecoder:
         self._segments: list[tuple[int, int]] = []
         self._key_end = self._pos_at = self._end = 0
         self._positions: struct.Struct | None = None  # '<{n}d' of the learnt layout
-        self._pick = operator.itemgetter(0)
+        # the configured joints' values of the unpacked positions (learnt with the layout)
+        self._pick: Callable[[tuple[Any, ...]], tuple[float, ...]] = operator.itemgetter(0)
         self.fast = self.standard = 0
 
     def decode(self, data: bytes) -> tuple[int, int, np.ndarray]:
@@ -94,9 +101,9 @@ class JointStateDecoder:
             JointStateError: configured joints missing, fewer positions than names, a non-finite
                 position (named), or bytes that are not a JointState.
         """
-        key = self._key
-        if key is not None and len(data) >= self._end and self._same_layout(data):
-            picked = self._pick(self._positions.unpack_from(data, self._pos_at))
+        key, positions = self._key, self._positions  # learnt together (_learn)
+        if key is not None and positions is not None and len(data) >= self._end and self._same_layout(data, key):
+            picked = self._pick(positions.unpack_from(data, self._pos_at))
             if math.isfinite(sum(picked)):  # NaN/inf propagate (an overflow only costs the slow path)
                 sec, nsec = _STAMP.unpack_from(data, _ORIGIN)
                 self.fast += 1
@@ -115,7 +122,8 @@ class JointStateDecoder:
 
     def _learn(self, data: bytes, msg: JointState) -> None:
         """Adopt this message's layout if the offsets reproduce the standard decode exactly."""
-        if self._key is not None and len(data) >= self._end and self._same_layout(data):
+        key = self._key
+        if key is not None and len(data) >= self._end and self._same_layout(data, key):
             return  # same layout, only a non-finite value sent it here
         self._key = None
         if bytes(data[:2]) != _CDR_LE:
@@ -133,12 +141,13 @@ class JointStateDecoder:
         for i, name in enumerate(msg.name):
             index.setdefault(name, i)
         picks = [index[n] for n in self.joint_names]
-        self._pick = operator.itemgetter(*picks) if len(picks) > 1 else (lambda v, i=picks[0]: (v[i],))
+        self._pick = operator.itemgetter(*picks) if len(picks) > 1 else _pick_one(picks[0])
         self._positions = struct.Struct(f"<{n_pos}d")
         self._key_end, self._pos_at, self._end = count_at + 4, pos_at, pos_at + 8 * n_pos
         self._segments = segments
         self._key = [bytes(data[a:b]) for a, b in segments]
 
-    def _same_layout(self, data: bytes) -> bool:
-        """Whether ``data`` has the learnt ``frame_id`` / names / count bytes (padding ignored)."""
-        return all(data[a:b] == k for (a, b), k in zip(self._segments, self._key))
+    def _same_layout(self, data: bytes, key: list[bytes]) -> bool:
+        """Whether ``data`` has the learnt ``frame_id`` / names / count bytes (``key``, padding
+        ignored)."""
+        return all(data[a:b] == k for (a, b), k in zip(self._segments, key))

@@ -16,7 +16,8 @@ _NS = 1_000_000_000
 
 def stamp_to_sec(stamp: Time) -> float:
     """Return the seconds (float) of a ``builtin_interfaces/Time`` (any ``sec``/``nanosec``)."""
-    return stamp.sec + stamp.nanosec * 1e-9
+    t: float = stamp.sec + stamp.nanosec * 1e-9
+    return t
 
 
 def sec_to_stamp(t: float) -> Time:

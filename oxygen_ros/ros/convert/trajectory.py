@@ -108,6 +108,7 @@ def command_messages(
     if cmd.ee is not None:
         return chunk_to_multi_array(cmd.ee, cmd.ee_names), None
     if cmd.velocity_joints:
+        assert cmd.velocities is not None  # a velocity space's command carries them (ActionSpace)
         vel = chunk_to_joint_trajectory(
             cmd.velocities, cmd.velocity_joints, stamp, control_period_s, frame_id, field="velocities"
         )
@@ -126,5 +127,6 @@ def primary_values(cmd: RobotCommand) -> tuple[tuple[str, ...], np.ndarray, str]
     if cmd.ee is not None:
         return cmd.ee_names, cmd.ee, "ee"
     if cmd.velocity_joints:
+        assert cmd.velocities is not None  # a velocity space's command carries them (ActionSpace)
         return cmd.velocity_joints, cmd.velocities, "velocity"
     return cmd.position_joints, cmd.positions, "position"

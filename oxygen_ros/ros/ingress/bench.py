@@ -140,7 +140,7 @@ def phase_report(
         ``{'phases': [...], 'ratios': [...], 'ratio_median', 'ratio_min', 'ratio_max'}``; periods in ms.
     """
     times = np.asarray(chunks)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(phases):
         lo, hi = start + i * window + settle, start + (i + 1) * window
         t = times[(times >= lo) & (times < hi)]

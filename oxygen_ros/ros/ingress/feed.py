@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             sent_js[phase + 1] += 1
             k += 1
             next_slow = max(next_slow + 1.0 / a.low_hz, now - 0.01)
-        if (high or decoy is not None) and now >= next_fast:
-            (joints if high else decoy).publish(joint_state())
+        fast = joints if high else decoy  # None: no high-rate stream in this phase
+        if fast is not None and now >= next_fast:
+            fast.publish(joint_state())
             if high:
                 sent_js[phase + 1] += 1
             k += 1

@@ -31,9 +31,14 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # rclpy is imported where the probe starts
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
 
 # rclpy and the messages are imported where the probe starts: `--help` answers before them
 
@@ -101,7 +106,7 @@ class HostileProbe:
         self._stop = threading.Event()
         # chunks are timed by a participant of their own, spun by its own thread: the text flood an
         # attack provokes must not delay the receive times it measures
-        self._spins = []
+        self._spins: list[tuple[Context, Node, SingleThreadedExecutor, threading.Thread]] = []
         timing = self._participant(domain, "hostile_inputs_timing")
         timing.create_subscription(JointTrajectory, "action_chunk", self._on_chunk, reliable_qos(100))
         n = self.node = self._participant(domain, "hostile_inputs")
@@ -124,7 +129,7 @@ class HostileProbe:
         self._feeder = threading.Thread(target=self._feed, daemon=True)
         self._feeder.start()
 
-    def _participant(self, domain: int, name: str):
+    def _participant(self, domain: int, name: str) -> Node:
         import rclpy
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
@@ -144,7 +149,7 @@ class HostileProbe:
         stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
         self._add(self.chunks, (time.monotonic(), stamp))
 
-    def _add(self, book: list, item: Any) -> None:
+    def _add(self, book: list[Any], item: Any) -> None:
         with self.lock:
             book.append(item)
 
@@ -220,8 +225,14 @@ class HostileProbe:
             close_context(context, [node], executor, thread)
 
 
-def _ask(size: int) -> Callable[[HostileProbe], tuple[str, Callable[[HostileProbe, float], str | None]]]:
-    def attack(p: HostileProbe):
+Done = Callable[[HostileProbe, float], str | None]
+"""``done(probe, t0)``: what the node said about the attack started at ``t0``, or None while nothing yet."""
+Attack = Callable[[HostileProbe], tuple[str, Done]]
+"""``attack(probe)`` starts an attack and returns (description, its :data:`Done`)."""
+
+
+def _ask(size: int) -> Attack:
+    def attack(p: HostileProbe) -> tuple[str, Done]:
         p.ask.publish(p.ask.msg_type(data="x" * size))
 
         def answered(p: HostileProbe, t0: float) -> str | None:
@@ -232,14 +243,14 @@ def _ask(size: int) -> Callable[[HostileProbe], tuple[str, Callable[[HostileProb
     return attack
 
 
-def _image(side: int | None, fmt: str, payload: Callable[[], bytes], what: str, expect: str, repeat: int = 1):
+def _image(side: int | None, fmt: str, payload: Callable[[], bytes], what: str, expect: str, repeat: int = 1) -> Attack:
     made: list[bytes] = []
 
     def prepare() -> None:  # built before the phase starts: a bomb takes seconds of zlib
         if not made:
             made.append(payload())
 
-    def attack(p: HostileProbe):
+    def attack(p: HostileProbe) -> tuple[str, Done]:
         prepare()
         data = made[0]
         for _ in range(repeat):
@@ -251,13 +262,13 @@ def _image(side: int | None, fmt: str, payload: Callable[[], bytes], what: str, 
     return attack
 
 
-def _instruction(p: HostileProbe):
+def _instruction(p: HostileProbe) -> tuple[str, Done]:
     p.instruction.publish(p.instruction.msg_type(data="pick up the cube " * 600_000))
     return "one instruction of 10 MB", lambda p, t0: (d := p.diag_with("instruction_too_long", t0)) and d[1]
 
 
-def _flood(n: int):
-    def attack(p: HostileProbe):
+def _flood(n: int) -> Attack:
+    def attack(p: HostileProbe) -> tuple[str, Done]:
         before = int(p.latest_values().get("asks", 0))
         for i in range(n):
             p.ask.publish(p.ask.msg_type(data=f"flood {i}?"))
@@ -272,7 +283,7 @@ def _flood(n: int):
     return attack
 
 
-def _future_joints(p: HostileProbe):
+def _future_joints(p: HostileProbe) -> tuple[str, Done]:
     p.joint_offset_s = 86400.0
     return "joint states stamped a day ahead", lambda p, t0: (d := p.diag_with("stamped", t0)) and d[1]
 
@@ -284,7 +295,7 @@ def _future_joints(p: HostileProbe):
 UNCHECKED_GAP = {"joints_day_ahead": "no observation can be assembled", "asks_1000": "a burst is CPU work"}
 #: name -> attack: ``attack(probe)`` starts it and returns (description, ``done(probe, t0)`` giving
 #: what the node said, or None while it has said nothing yet).
-ATTACKS: dict[str, Callable[[HostileProbe], tuple[str, Callable[[HostileProbe, float], str | None]]]] = {
+ATTACKS: dict[str, Attack] = {
     "ask_10mb": _ask(10 * 2**20),
     "ask_1mb": _ask(2**20),
     "png_20000": _image(20000, "png", lambda: png_bomb(20000), "a 20000x20000 PNG", "image_too_large"),
@@ -364,7 +375,8 @@ def run_attacks(
 def gap_allowed(report: dict[str, Any]) -> float:
     """The longest chunk gap an attack may cause, seconds: one chunk period more than the longest gap
     of the baseline (the same node and machine with no attack) — an attack may cost one frame."""
-    return report["baseline_max_gap_s"] + report["baseline_period_s"]
+    allowed: float = report["baseline_max_gap_s"] + report["baseline_period_s"]
+    return allowed
 
 
 def node_command(model: str, params_file: Path, extra: list[str]) -> list[str]:

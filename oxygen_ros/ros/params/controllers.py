@@ -23,6 +23,7 @@ outputs is silently left uncommanded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
@@ -65,14 +66,14 @@ def _declare(node: Node, name: str, ptype: Parameter.Type, description: str) -> 
         node.declare_parameter(name, None, ParameterDescriptor(name=name, description=description, dynamic_typing=True))
 
 
-def _get(node: Node, name: str):
+def _get(node: Node, name: str) -> Any:
     try:
         return node.get_parameter(name).value
     except ParameterUninitializedException:
         return None
 
 
-def _is_names(value) -> bool:
+def _is_names(value: object) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
 
 

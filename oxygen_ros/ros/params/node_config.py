@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
@@ -380,7 +381,7 @@ def _optional_list(node: Node, name: str, desc: str, problems: list[str]) -> tup
     return tuple(value or ())
 
 
-def _action_space(node: Node, values: dict, problems: list[str]) -> ActionSpaceConfig | None:
+def _action_space(node: Node, values: dict[str, Any], problems: list[str]) -> ActionSpaceConfig | None:
     lists = {}
     for name, desc in ACTION_SPACE_LISTS.items():
         got = _optional_list(node, f"action_space.{name}", desc, problems)
@@ -485,7 +486,7 @@ def read_node_config(node: Node) -> NodeConfig:
             tuple(joints),
             space.kind,
             values.get("action_rate_hz", 0.0),
-            {values.get("action_topic"): "action_topic"},
+            {values["action_topic"]: "action_topic"} if "action_topic" in values else {},
         )
     if values.get("shadow.operator_topic") and space is not None and space.kind not in ("absolute", "delta"):
         problems.append(
@@ -502,6 +503,7 @@ def read_node_config(node: Node) -> NodeConfig:
     problems += unknown
     if problems:
         raise ParamError(problems)
+    assert space is not None  # _action_space returns None only with a problem
     topics, tasks = {}, []
     for name in names:
         p = f"tasks.{name}."
@@ -516,10 +518,10 @@ def read_node_config(node: Node) -> NodeConfig:
             )
         )
     eng = {k[len("engine.") :]: v for k, v in values.items() if k.startswith("engine.")}
-    rtc = {k[len("rtc.") :]: v for k, v in values.items() if k.startswith("rtc.")}
+    rtc_values = {k[len("rtc.") :]: v for k, v in values.items() if k.startswith("rtc.")}
     try:
         engine = EngineConfig(**eng, tasks=tuple(tasks)).validate()
-        rtc = RTCConfig(**rtc, control_period_s=values["control_period_s"]).validate()
+        rtc = RTCConfig(**rtc_values, control_period_s=values["control_period_s"]).validate()
     except ConfigError as e:
         raise ParamError([str(e)]) from e
     plain = {k: v for k, v in values.items() if "." not in k and k not in ("task_names", "autostart")}
@@ -550,7 +552,7 @@ class ParamsFileError(ValueError):
 
 
 def load_node_config(
-    params_file: str | os.PathLike | Sequence[str | os.PathLike] | None,
+    params_file: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
     overrides: Sequence[str] = (),
     node_name: str = "oxygen",
     namespace: str = "/",

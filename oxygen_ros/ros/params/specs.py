@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +203,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 
 def _field_specs(
-    cls: type, prefix: str, defaults: Any, ranges: dict, choices: dict, docs: dict[str, str], skip: tuple[str, ...]
+    cls: type,
+    prefix: str,
+    defaults: Any,
+    ranges: Mapping[str, tuple[float | None, float | None]],
+    choices: Mapping[str, Sequence[str]],
+    docs: dict[str, str],
+    skip: tuple[str, ...],
 ) -> list[ParamSpec]:
     specs = []
     for f in dataclasses.fields(cls):

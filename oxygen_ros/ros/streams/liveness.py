@@ -86,11 +86,13 @@ class InputWatch:
         out = []
         for name in self.names:
             t = self.last.get(name)
-            silent = t is not None and now - t > self.timeout_s
+            if t is None:  # never arrived: neither stale nor resumed
+                continue
+            silent = now - t > self.timeout_s
             if silent and name not in self._stale:
                 self._stale[name] = t
                 out.append(Change("stale", name, now - t))
-            elif t is not None and not silent and name in self._stale:
+            elif not silent and name in self._stale:
                 # t: the newest arrival, at most one check period after the first one after the gap
                 out.append(Change("resumed", name, t - self._stale.pop(name)))
         if not self._grace_done and now - self._t0 >= self.grace_s:

@@ -29,11 +29,14 @@ import numpy as np
 
 __all__ = ["ChunkSwitches", "SwitchStats", "first_executed", "switch_jump", "target_at"]
 
+Times = Sequence[float] | np.ndarray
+"""``[H]`` due times of a chunk's points, seconds: a sequence or an array."""
+
 HISTORY = 2000
 """Most recent measured switches kept (the median is over these; the max over every switch)."""
 
 
-def target_at(due: Sequence[float], positions: np.ndarray, t: float) -> np.ndarray:
+def target_at(due: Times, positions: np.ndarray, t: float) -> np.ndarray:
     """``[n]`` the chunk's target at time ``t``: linear interpolation between its points in time,
     joint by joint (clamped to the first / last point outside ``due``).
 
@@ -42,15 +45,15 @@ def target_at(due: Sequence[float], positions: np.ndarray, t: float) -> np.ndarr
         positions: ``[H, n]`` the points.
         t: time, seconds (same clock as ``due``).
     """
-    due = np.asarray(due, dtype=np.float64)
-    pos = np.asarray(positions, dtype=np.float64).reshape(len(due), -1)
-    return np.array([np.interp(t, due, pos[:, j]) for j in range(pos.shape[1])])
+    times = np.asarray(due, dtype=np.float64)
+    pos = np.asarray(positions, dtype=np.float64).reshape(len(times), -1)
+    return np.array([np.interp(t, times, pos[:, j]) for j in range(pos.shape[1])])
 
 
 def switch_jump(
-    prev_due: Sequence[float],
+    prev_due: Times,
     prev_positions: np.ndarray,
-    new_due: Sequence[float],
+    new_due: Times,
     new_positions: np.ndarray,
     t: float,
     tolerance: float = 0.0,
@@ -74,7 +77,7 @@ def switch_jump(
     return float(np.max(np.abs(diff))) if diff.size else 0.0
 
 
-def first_executed(due: Sequence[float], available: float) -> int | None:
+def first_executed(due: Times, available: float) -> int | None:
     """Index of the first point due at or after ``available`` (the time the chunk became
     available), or None when every point is due before it (the chunk is never executed)."""
     idx = int(np.searchsorted(np.asarray(due, dtype=np.float64), available - 1e-9, side="left"))
