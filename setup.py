@@ -35,7 +35,7 @@ setup(
             "record_sim_bag = oxygen_ros.sim.record_bag:main",
             "oxygen_node = oxygen_ros.ros.node:main",
             "oxygen = oxygen_ros.ros.cli.main:main",
-            "ingress_bench = oxygen_ros.ros.ingress.bench:main",
+            "ingress_bench = oxygen_ros.bench.ingress:main",
             "hostile_inputs = oxygen_ros.ros.ingress.hostile:main",
             "aloha_sim = oxygen_ros.sim.node:main",
             "closed_loop = oxygen_ros.sim.closed_loop.run:main",

@@ -45,7 +45,7 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     "replay": "oxygen_ros.replay.replay",
     "bag_player": "oxygen_ros.bags.player",
     "record_sim_bag": "oxygen_ros.sim.record_bag",
-    "ingress_bench": "oxygen_ros.ros.ingress.bench",
+    "ingress_bench": "oxygen_ros.bench.ingress",
     "hostile_inputs": "oxygen_ros.ros.ingress.hostile",
     "closed_loop": "oxygen_ros.sim.closed_loop.run",
     "norm_stats": "oxygen_ros.stats.tool",

@@ -12,6 +12,7 @@ every frame) so that load drift on a shared machine hits all three alike. Writes
     bench                  # the paper sweep (see ``bench_workload.paper_sweep``); long on a CPU
     bench schedules --quick   # serial vs concurrent schedule, with / without language (issue 13)
     bench rtc              # real-time chunking's cost: denoise and chunk latency, RTC on ÷ off
+    bench overhead         # what the engine adds to one chunk, against the single-request policy
 """
 
 from __future__ import annotations
@@ -352,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         from .schedule import main as schedules
 
         return schedules(args[1:])
+    if args[:1] == ["overhead"]:
+        from .overhead import main as overhead
+
+        return overhead(args[1:])
     if args[:1] == ["rtc"]:
         from .rtc import main as rtc_bench
 

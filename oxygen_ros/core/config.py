@@ -340,7 +340,9 @@ class EngineConfig:
         num_denoise_steps: S (0 → the model's default).
         compile: torch.compile mode of the hot stages (``COMPILE_MODES``, ``core.engine.compiled``).
         static_shapes: prefix padded to camera-count buckets, decode to batch buckets with a fixed
-            block-table width (required by ``compile``; padding never changes results).
+            block-table width (padding never changes results). Compiled stages always run on static
+            shapes (one graph per bucket); eager ones only when this is set — on the CPU the padded
+            prompt costs prefill and denoise time and buys nothing (no graph to reuse).
         attention: decode attention — ``flex`` (FlexAttention, paged block mask, no K/V gather),
             ``gather`` (reference) or ``auto`` (flex when compiled on CUDA).
         max_request_tokens / max_top_k: bounds of a request's prompt + new tokens (fixes the block-table
@@ -371,7 +373,7 @@ class EngineConfig:
     batcher_policy: str = "frame"
     tasks: tuple[TaskConfig, ...] = DEFAULT_TASKS
     compile: str = "none"
-    static_shapes: bool = True
+    static_shapes: bool = False
     attention: str = "auto"
     max_request_tokens: int = 512
     max_top_k: int = 256
@@ -389,7 +391,6 @@ class EngineConfig:
             ("batcher_policy", BATCHER_POLICIES),
         ):
             _check(getattr(self, name) in choices, o, name, getattr(self, name), f"must be one of {choices}")
-        _check(self.static_shapes or self.compile == "none", o, "static_shapes", False, "compile needs it")
         bad_k = [t.name for t in self.tasks if t.top_k > self.max_top_k]
         _check(not bad_k, o, "max_top_k", self.max_top_k, f"is below the top_k of tasks {bad_k}")
         for name in (

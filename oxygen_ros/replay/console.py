@@ -17,7 +17,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from oxygen_ros.ros.streams.text import Emit
+from oxygen_ros.streams.text import Emit
 
 __all__ = ["Console"]
 

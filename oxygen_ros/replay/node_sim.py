@@ -3,12 +3,12 @@
 :class:`NodeSim` is fed raw bag messages (``feed``) and runs frames (``frame``) with the node's
 own pieces: ``rclpy.serialization`` turns the CDR bytes into the message objects a subscription
 would deliver, ``oxygen_ros.ros.inputs.decode_image`` and ``oxygen_ros.ros.convert`` convert them, the
-:class:`~oxygen_ros.ros.observation.ObservationAssembler` builds observations with the node's
+:class:`~oxygen_ros.streams.observation.ObservationAssembler` builds observations with the node's
 settings, :class:`~oxygen_ros.core.robot_io.RobotFrames` applies the action space, the engine runs
 the frame, ``command_messages`` and ``Utterances`` build the published messages. Bad input is counted in
 ``stats.drops``, never raised.
 
-Chunk switches (:class:`~oxygen_ros.ros.streams.switches.ChunkSwitches`, on the published values:
+Chunk switches (:class:`~oxygen_ros.streams.switches.ChunkSwitches`, on the published values:
 robot command units): a chunk becomes available its latency after its observation stamp (wall
 seconds from the observation's arrival to the chunk, times ``rate``: the playback rate with
 recorded timing) and takes over from the previous one at its first point due at or after then.
@@ -39,10 +39,10 @@ from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
 from oxygen_ros.ros.convert import JointStateError, StampBook, command_messages, joint_state_to_vector, primary_values
 from oxygen_ros.ros.inputs import decode_image
 from oxygen_ros.ros.model_setup import assembler_config
-from oxygen_ros.ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.ros.params.node_config import NodeConfig
-from oxygen_ros.ros.streams.switches import ChunkSwitches
-from oxygen_ros.ros.streams.text import Utterances
+from oxygen_ros.streams.observation import ObservationAssembler, Verdict
+from oxygen_ros.streams.switches import ChunkSwitches
+from oxygen_ros.streams.text import Utterances
 
 __all__ = ["NodeSim"]
 

@@ -10,7 +10,7 @@
   the camera that triggers frames); a chunk also "runs dry" when its latency exceeds the chunk's
   horizon H x control_period_s (the robot would have no action left to execute);
 - warm-up frames (the first ``warmup`` frames with an observation) are excluded from timings;
-- switch discontinuity (:mod:`oxygen_ros.ros.streams.switches`): for each chunk taking over from the
+- switch discontinuity (:mod:`oxygen_ros.streams.switches`): for each chunk taking over from the
   previous one, the largest absolute difference over joints between the two chunks' targets
   (linear interpolation between points) at the new chunk's first executed point — its first point
   due at or after the chunk became available (observation stamp + chunk latency) — in robot command

@@ -9,7 +9,7 @@ language request has not ended (including one asked while no camera streams: it 
 queue and, without an observation, ends as expired with the reason), so every ask is answered.
 An ask taken before the first observation since activation, or while every camera has been
 silent for ``input_timeout_s``, also gets an immediate waiting notice on its task's text topic
-(:func:`~oxygen_ros.ros.streams.text.waiting_notice`).
+(:func:`~oxygen_ros.streams.text.waiting_notice`).
 Executor callbacks never wait for it.
 """
 
@@ -26,9 +26,9 @@ from oxygen_ros.core.engine.requests import FrameResult
 from oxygen_ros.core.robot_io import RobotFrames
 from oxygen_ros.core.types import ActionChunk
 from oxygen_ros.ros.diagnostics import ERROR, WARN, FrameStats
-from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
-from oxygen_ros.ros.streams.text import Emit, Utterances, waiting_notice
+from oxygen_ros.streams.observation import ObservationAssembler
+from oxygen_ros.streams.text import Emit, Utterances, waiting_notice
 
 if TYPE_CHECKING:
     from rclpy.impl.rcutils_logger import RcutilsLogger
@@ -56,7 +56,7 @@ class InferenceWorker:
             live cameras' images before starting the frame.
         frames: the action space around the engine (robot-space state in, robot command out).
         text_header: utterance header of the text topics (``ask``, ``id``, ``none``;
-            :mod:`oxygen_ros.ros.streams.text`).
+            :mod:`oxygen_ros.streams.text`).
         camera_silence: seconds since the newest camera image when every camera has stopped (the
             node's input liveness, by arrival time), else ``None``: an ask then gets the waiting
             notice again.

@@ -1,7 +1,7 @@
 """Subscriptions of the ``oxygen`` node: cameras, joint states, instruction, language asks.
 
 Every callback is short and never waits for inference: images are stored undecoded in the
-:class:`~oxygen_ros.ros.observation.ObservationAssembler` (decoded later, only when used), joint states
+:class:`~oxygen_ros.streams.observation.ObservationAssembler` (decoded later, only when used), joint states
 arrive as serialized bytes (``raw=True``; ``/joint_states`` runs at the controller rate, up to
 1 kHz) and are read by :class:`~oxygen_ros.ros.convert.JointStateDecoder` (no Python message is
 built), picked by name and buffered; asks go to ``submit_ask`` (the inference worker's
@@ -16,7 +16,7 @@ decoded later, on the inference thread, only if a frame uses it); an instruction
 (``engine.max_request_chars``) before any formatting or tokenization, and an ask taken while the
 node is not active is answered at once with a notice on its task's text topic.
 
-Input liveness (:class:`~oxygen_ros.ros.streams.liveness.InputWatch`): while active, every camera and
+Input liveness (:class:`~oxygen_ros.streams.liveness.InputWatch`): while active, every camera and
 joint-state message stores its arrival time (monotonic); a small timer (period
 ``min(0.25, input_timeout_s / 4)`` s) logs ONE warning when an input goes stale (nothing for more
 than ``input_timeout_s``), ONE info line when it resumes, and once per activation a warning for
@@ -46,10 +46,10 @@ from oxygen_ros.ros.convert import (
     image_to_rgb,
 )
 from oxygen_ros.ros.diagnostics import WARN, ProblemLog
-from oxygen_ros.ros.observation import ObservationAssembler, Verdict
 from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name
-from oxygen_ros.ros.streams.liveness import InputWatch, Liveness
+from oxygen_ros.streams.liveness import InputWatch, Liveness
+from oxygen_ros.streams.observation import ObservationAssembler, Verdict
 
 __all__ = ["JOINT_STATES", "decode_image", "InputHandler"]
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from oxygen_ros.core.action_space import ActionSpace, check_against_checkpoint, checkpoint_convention
 from oxygen_ros.core.model.ckpt_files import action_convention_files
-from oxygen_ros.ros.observation import AssemblerConfig
 from oxygen_ros.ros.params.model_access import confine_model
+from oxygen_ros.streams.observation import AssemblerConfig
 
 if TYPE_CHECKING:
     import torch

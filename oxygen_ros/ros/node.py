@@ -45,7 +45,6 @@ from oxygen_ros.ros.inference import InferenceWorker
 from oxygen_ros.ros.inputs import InputHandler, decode_image
 from oxygen_ros.ros.model_setup import action_space, assembler_config, load_policy
 from oxygen_ros.ros.node_status import inference_status
-from oxygen_ros.ros.observation import ObservationAssembler
 from oxygen_ros.ros.outputs import Outputs
 from oxygen_ros.ros.params.files import check_node_arguments
 from oxygen_ros.ros.params.live import live_update
@@ -53,7 +52,8 @@ from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, r
 from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.shadow import ShadowMonitor
-from oxygen_ros.ros.streams.text import Emit, ignored_notice
+from oxygen_ros.streams.observation import ObservationAssembler
+from oxygen_ros.streams.text import Emit, ignored_notice
 
 if TYPE_CHECKING:
     from oxygen_ros.core.engine.engine import Engine

@@ -33,8 +33,8 @@ from oxygen_ros.ros.convert import (
 from oxygen_ros.ros.diagnostics import ERROR, WARN
 from oxygen_ros.ros.params.node_config import NodeConfig
 from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
-from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.streams.text import Emit
+from oxygen_ros.streams.commands import CommandStream
+from oxygen_ros.streams.text import Emit
 
 if TYPE_CHECKING:
     from rclpy.lifecycle import LifecyclePublisher

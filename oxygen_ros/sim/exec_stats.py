@@ -1,7 +1,7 @@
 """What the chunk executor measured: counters, chunk ages, arrival latencies and chunk switches.
 
 The executor (:mod:`oxygen_ros.sim.executor`) keeps one :class:`ExecStats` under its lock and
-reports from it. Chunk switches follow the definition of :mod:`oxygen_ros.ros.streams.switches`:
+reports from it. Chunk switches follow the definition of :mod:`oxygen_ros.streams.switches`:
 a switch happens at the first step whose target comes from a chunk other than (newer than) the
 one used at the previous executed step; its discontinuity is the largest absolute difference over
 joints between the previous and the new chunk's targets (linear interpolation in time between
@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from oxygen_ros.ros.streams.switches import SwitchStats, switch_jump
 from oxygen_ros.sim.commands import percentile
+from oxygen_ros.streams.switches import SwitchStats, switch_jump
 
 __all__ = ["ExecStats"]
 

@@ -24,8 +24,8 @@ from oxygen_ros.bags.player import BagPlayer, main, qos_from_recorded
 from oxygen_ros.bags.reader import BagInput
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.ros.qos import reliable_qos
-from oxygen_ros.ros.streams.text import is_waiting_notice
 from oxygen_ros.sim.scene import JOINT_NAMES
+from oxygen_ros.streams.text import is_waiting_notice
 
 pytestmark = pytest.mark.ros
 T0 = start_ns()

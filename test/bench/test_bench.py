@@ -323,3 +323,20 @@ def test_an_out_folder_with_files_is_refused_without_overwrite(tmp_path, capsys)
     assert bench.parse_args(["--out", str(out), "--overwrite"]).overwrite
     (tmp_path / "empty").mkdir()
     assert bench.parse_args(["--out", str(tmp_path / "empty")]).out == tmp_path / "empty"  # new or empty: fine
+
+
+def test_bench_overhead_times_the_engine_against_the_policy_path(tmp_path):
+    from oxygen_ros.bench import overhead
+
+    out = tmp_path / "overhead"
+    assert overhead.main(["--preset", "pi05-tiny", "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert len(res["samples"]["policy"]) == len(res["samples"]["engine"]) == 2 and res["ratio_engine_over_policy"] > 0
+    assert {"vision_prefill", "denoise", "other", "total"} <= set(res["median_s"]["engine"])
+    assert "engine ÷ policy" in (out / "results.md").read_text()
+    padded = overhead.parse_args(["-p", "static_shapes=true"])
+    assert padded.params == ["static_shapes=true"]
+    with pytest.raises(SystemExit):
+        overhead.parse_args(["-p", "no_such_field=1"])
+    with pytest.raises(SystemExit):  # an earlier run's results are never overwritten silently
+        overhead.parse_args(["--out", str(out)])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.replay.report import ReplayStats, format_report, summarize
-from oxygen_ros.ros.streams.switches import ChunkSwitches, first_executed
+from oxygen_ros.streams.switches import ChunkSwitches, first_executed
 
 DT = 0.02
 

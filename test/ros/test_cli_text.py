@@ -11,7 +11,7 @@ from oxygen_ros.ros.cli.main import build_parser, main
 from oxygen_ros.ros.cli.params import format_value, parse_value
 from oxygen_ros.ros.cli.peer import CliError, from_parameter_value, resolve_topic, split_node_name
 from oxygen_ros.ros.cli.utterances import AskReader, LinePrinter, end_notice, split_header, waiting_notice
-from oxygen_ros.ros.streams.text import TaskTextStream
+from oxygen_ros.streams.text import TaskTextStream
 
 
 def _reader(ask: str, header: str = "ask") -> tuple[AskReader, list[str], list[str]]:

@@ -59,7 +59,7 @@ def test_stopped_inputs_turn_the_status_warn_then_stale_and_back_to_ok():
 
     from oxygen_ros.ros.diagnostics import ProblemLog
     from oxygen_ros.ros.node_status import inference_status
-    from oxygen_ros.ros.streams.liveness import InputWatch
+    from oxygen_ros.streams.liveness import InputWatch
 
     watch = InputWatch(["camera base_0_rgb", "joint_states"], timeout_s=1.0)
     inputs = SimpleNamespace(liveness=watch.state)

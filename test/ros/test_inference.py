@@ -16,7 +16,7 @@ from oxygen_ros.core.policy import Pi05Policy
 from oxygen_ros.core.types import Observation
 from oxygen_ros.ros.diagnostics import ERROR, FrameStats, ProblemLog
 from oxygen_ros.ros.inference import InferenceWorker
-from oxygen_ros.ros.streams.text import is_waiting_notice
+from oxygen_ros.streams.text import is_waiting_notice
 
 
 class FakeOutputs:

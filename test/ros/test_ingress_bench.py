@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from oxygen_ros.ros.ingress.bench import _cpu_rate, phase_report
+from oxygen_ros.bench.ingress import _cpu_rate, phase_report
 from oxygen_ros.ros.ingress.feed import phase_of
 
 

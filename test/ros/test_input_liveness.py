@@ -3,7 +3,7 @@ silent is "every input stopped"; an input silent since activation is reported on
 
 import pytest
 
-from oxygen_ros.ros.streams.liveness import Change, InputWatch
+from oxygen_ros.streams.liveness import Change, InputWatch
 
 NAMES = ("camera base_0_rgb", "camera left_wrist_0_rgb", "joint_states")
 

@@ -23,7 +23,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.ros.qos import reliable_qos
-from oxygen_ros.ros.streams.text import is_waiting_notice
+from oxygen_ros.streams.text import is_waiting_notice
 
 pytestmark = pytest.mark.ros
 H = get_preset("pi05-tiny").action_horizon

@@ -3,7 +3,7 @@ receives is accounted for, the matched state is the one of the image's instant, 
 
 Node process + the ingress feed process (:mod:`oxygen_ros.ros.ingress.feed`, straight into its
 1 kHz phase) + a listener here. Behaviour only, loose bounds: how fast the action path runs under
-this load is measured by ``python -m oxygen_ros.ros.ingress.bench``, not here.
+this load is measured by ``python -m oxygen_ros.bench.ingress``, not here.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.qos import reliable_qos
-from oxygen_ros.ros.streams.text import is_waiting_notice
+from oxygen_ros.streams.text import is_waiting_notice
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 RAW = {s: t.replace("/compressed", "") for s, t in ALOHA_COMPRESSED.items()}

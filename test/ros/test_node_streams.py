@@ -7,8 +7,8 @@ import pytest
 
 from oxygen_ros.core.engine.requests import RequestStatus
 from oxygen_ros.core.types import TextDelta
-from oxygen_ros.ros.streams.commands import CommandStream
-from oxygen_ros.ros.streams.text import Emit, TaskTextStream, Utterances, end_notice, is_waiting_notice, waiting_notice
+from oxygen_ros.streams.commands import CommandStream
+from oxygen_ros.streams.text import Emit, TaskTextStream, Utterances, end_notice, is_waiting_notice, waiting_notice
 
 
 def chunk(h=5, n=2, base=0.0):
@@ -239,7 +239,7 @@ def test_utterances_call_opened_with_the_request_id_before_any_frame_output():
 
 def test_the_ask_header_echoes_a_short_prefix_of_a_long_question():
     """A 10 MB ask must not come back whole in its header: at most HEADER_ASK_CHARS characters."""
-    from oxygen_ros.ros.streams.text import HEADER_ASK_CHARS, header_echo, ignored_notice
+    from oxygen_ros.streams.text import HEADER_ASK_CHARS, header_echo, ignored_notice
 
     ts = TaskTextStream("ask")
     ts.open(3, "x" * 10_000_000)

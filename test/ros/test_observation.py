@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oxygen_ros.ros.observation import AssemblerConfig, ObservationAssembler, Verdict
+from oxygen_ros.streams.observation import AssemblerConfig, ObservationAssembler, Verdict
 
 SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 

@@ -1,4 +1,4 @@
-"""Switch discontinuity (oxygen_ros.ros.streams.switches) and its bookkeeping in the sim's
+"""Switch discontinuity (oxygen_ros.streams.switches) and its bookkeeping in the sim's
 ChunkExecutor and /diagnostics values (no ROS graph)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oxygen_ros.ros.streams.switches import SwitchStats, switch_jump, target_at
 from oxygen_ros.sim.executor import ChunkExecutor
+from oxygen_ros.streams.switches import SwitchStats, switch_jump, target_at
 
 NAMES = ("a", "b", "c")
 DT = 0.02

@@ -58,8 +58,9 @@ class Runner:
         self.model = m = policy.model
         self.pool = pool
         self.streams = streams
-        self.static = cfg.static_shapes
         self.flex = uses_flex(cfg, pool.device)
+        # compiled stages: one graph per bucket; FlexAttention reads fixed-width block tables
+        self.static = cfg.static_shapes or cfg.compile != "none" or self.flex
         mc = policy.cfg
         width = pool.blocks.blocks_for(mc.max_prefix_len) + pool.blocks.blocks_for(cfg.max_request_tokens)
         self.buffers = StepBuffers(

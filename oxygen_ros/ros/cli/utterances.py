@@ -1,5 +1,5 @@
 """Reading utterances back from a task's delta and text topics (ROS-free; see
-:mod:`oxygen_ros.ros.streams.text` for how the node writes them).
+:mod:`oxygen_ros.streams.text` for how the node writes them).
 
 Per task the node streams one utterance at a time: its header (``text_header``: ``[#3 Q: <ask>]``,
 ``[#3]`` or nothing, and a blank) is the utterance's first delta, and the utterance ends with its whole text on
@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from oxygen_ros.ros.streams.text import header_echo
+from oxygen_ros.streams.text import header_echo
 
 __all__ = ["AskReader", "LinePrinter", "end_notice", "split_header", "waiting_notice"]
 

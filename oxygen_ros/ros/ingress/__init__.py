@@ -1,6 +1,5 @@
-"""Ingress-load benchmark of the ``oxygen`` node: a sensor feed process and the bench driver.
-
-``python -m oxygen_ros.ros.ingress.bench`` (console script ``ingress_bench``) runs the node, a feed
-of three 30 Hz cameras whose joint states alternate between 30 Hz and 1 kHz, and a listener, and
-reports the chunk-period ratio. May import oxygen_ros.core and oxygen_ros.ros (and rclpy).
+"""Input load on a running ``oxygen`` node: a sensor feed process (``feed``; three 30 Hz cameras,
+joint states at 30 Hz or 1 kHz) for the ingress benchmark (``oxygen_ros.bench.ingress``, console
+script ``ingress_bench``), and the hostile-input measurements (``hostile``, console script
+``hostile_inputs``). May import oxygen_ros.core, oxygen_ros.streams and oxygen_ros.ros (and rclpy).
 """

@@ -3,5 +3,5 @@ the node's parameter set and its validated configuration (``node_config``), the 
 name in a parameter file is one the node declares (``names``) and which parameters a running node
 applies live (``live``), the check of a parameter file named at launch (``files``).
 
-Plain rclpy parameter handling; may import oxygen_ros.core and oxygen_ros.ros.streams / qos only.
+Plain rclpy parameter handling; may import oxygen_ros.core and oxygen_ros.streams / qos only.
 """

@@ -40,7 +40,7 @@ from oxygen_ros.ros.params.specs import (
 )
 from oxygen_ros.ros.qos import QOS_NAMES
 from oxygen_ros.ros.shadow import OPERATOR_TYPES, ShadowConfig
-from oxygen_ros.ros.streams.text import HEADERS
+from oxygen_ros.streams.text import HEADERS
 
 __all__ = [
     "CAMERA_TYPES",

@@ -93,7 +93,8 @@ def test_a_genuinely_non_finite_model_does_not_fall_back(policy):
 
 
 def test_warmup_runs_every_shape_and_reports_ready(policy, monkeypatch):
-    eng = Engine(policy, EngineConfig(tasks=TASKS, max_running_requests=5, num_denoise_steps=2))
+    cfg = EngineConfig(tasks=TASKS, max_running_requests=5, num_denoise_steps=2, static_shapes=True)
+    eng = Engine(policy, cfg)
     seen = []
     real = eng.runner.decode_stage.eager
     monkeypatch.setattr(eng.runner.decode_stage, "eager", lambda *a: seen.append(a[4].shape[0]) or real(*a))
@@ -111,8 +112,6 @@ def test_warmup_runs_every_shape_and_reports_ready(policy, monkeypatch):
 def test_bad_compile_options_are_config_errors():
     with pytest.raises(ConfigError, match="compile"):
         EngineConfig(compile="turbo").validate()
-    with pytest.raises(ConfigError, match="static_shapes"):
-        EngineConfig(compile="default", static_shapes=False).validate()
     with pytest.raises(ConfigError, match="attention"):
         EngineConfig(attention="paged").validate()
 
@@ -144,3 +143,15 @@ def test_compiled_equals_eager_on_cuda(compile_mode):
     eng, ca, ct = run(gpu, compile=compile_mode)
     assert eng.runner.denoise_loop and all(s.compiled for s in eng.runner.stages), eng.diagnostics()
     assert all(np.abs(a - b).max() < 1e-4 for a, b in zip(ea, ca)) and et == ct
+
+
+def test_compiled_stages_always_run_static_shapes_and_eager_ones_exact_by_default(policy):
+    """Padding buys a reusable graph only when a stage is compiled: an eager engine prefills the
+    exact prefix (no padded prompt to compute), a compiled one pads whatever ``static_shapes`` says."""
+    n, pad = policy.cfg.vision.num_tokens, policy.cfg.max_token_len
+    eager = Engine(policy, EngineConfig(tasks=TASKS))
+    assert not eager.runner.static and eager.runner.prefix_bucket(2, 7) == 2 * n + 7
+    padded = Engine(policy, EngineConfig(tasks=TASKS, static_shapes=True))
+    assert padded.runner.static and padded.runner.prefix_bucket(2, 7) == 2 * n + pad
+    compiled_ = Engine(policy, EngineConfig(tasks=TASKS, compile="default", static_shapes=False))
+    assert compiled_.runner.static and compiled_.runner.prefix_bucket(2, 7) == 2 * n + pad

@@ -2,7 +2,7 @@
 
 One command, one node process, interleaved phases (issue 14, deliverable 4)::
 
-    python -m oxygen_ros.ros.ingress.bench --pairs 4 --window 8
+    python -m oxygen_ros.bench.ingress --pairs 4 --window 8
 
 starts the ``oxygen`` node (pi05-tiny, one intra-op thread, three raw 224×224 cameras), a feed
 process (:mod:`oxygen_ros.ros.ingress.feed`: cameras at 30 Hz, joint states alternating 30 Hz /
