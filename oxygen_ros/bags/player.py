@@ -62,7 +62,7 @@ class PlayStats:
     50 ms behind schedule and the worst lateness (s), clock messages, skipped topics (with why),
     the bag read error if any, wall time (s)."""
 
-    published: Counter = field(default_factory=Counter)
+    published: Counter[str] = field(default_factory=Counter)
     late: int = 0
     max_late_s: float = 0.0
     clock: int = 0
@@ -152,6 +152,7 @@ class BagPlayer:
     def _publish_clock(self, bag_ns: int) -> None:
         from builtin_interfaces.msg import Time
 
+        assert self._clock_pub is not None  # only called with a clock period, i.e. clock_hz > 0
         self._clock_pub.publish(self._clock_cls(clock=Time(sec=bag_ns // 10**9, nanosec=bag_ns % 10**9)))
         self.stats.clock += 1
 

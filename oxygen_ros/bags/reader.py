@@ -62,7 +62,7 @@ class BagInput:
             and how to recover), is a ROS 1 bag, or uses a serialization other than CDR.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         from rosbags.highlevel import AnyReader
 
         self.path = Path(path)
@@ -199,6 +199,7 @@ def msg_class(msgtype: str) -> type:
     if len(parts) != 3 or parts[1] != "msg":
         raise BagError(f"unsupported message type name {msgtype!r}")
     try:
-        return getattr(importlib.import_module(f"{parts[0]}.msg"), parts[2])
+        cls: type = getattr(importlib.import_module(f"{parts[0]}.msg"), parts[2])
+        return cls
     except (ImportError, AttributeError) as exc:
         raise BagError(f"message type {msgtype} is not available in this ROS 2 installation ({exc})") from exc

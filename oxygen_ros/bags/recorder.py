@@ -89,7 +89,8 @@ class Recorder:
     def publishers(self, topic: str) -> int:
         """Publishers of ``topic`` now (matched by its subscription, else counted in the graph)."""
         sub = self._subs.get(topic)
-        return sub.get_publisher_count() if sub is not None else self.node.count_publishers(topic)
+        count: int = sub.get_publisher_count() if sub is not None else self.node.count_publishers(topic)
+        return count
 
     def empty(self) -> list[str]:
         """Why the recording is empty, one line per topic that recorded nothing — or ``[]`` when it

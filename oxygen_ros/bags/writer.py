@@ -107,7 +107,7 @@ class BagOutput:
         BagError: ``path`` exists and ``overwrite`` is false, or exists and is not a bag folder.
     """
 
-    def __init__(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False) -> None:
         from rosbags.rosbag2 import StoragePlugin, Writer
 
         self.path = Path(path)

@@ -146,7 +146,10 @@ def engine_config(
 ) -> EngineConfig:
     """Engine config of ``mode`` with its KV pool sized to this schedule's peak need (nothing
     queues, nothing is over-provisioned): held prefixes + own blocks + the next-prefix reserve."""
-    bf = lambda n: -(-n // BLOCK_SIZE)  # noqa: E731
+
+    def bf(n: int) -> int:  # blocks for n tokens
+        return -(-n // BLOCK_SIZE)
+
     p, peak, running = bf(prefix_tokens), 0, 1
     alive: list[tuple[int, int, int]] = []  # (last frame, start frame, own blocks)
     for f, lens in enumerate(schedule):
@@ -198,7 +201,7 @@ def run_point(
     for e in engines.values():  # compiles / captures every shape of this point before it is measured
         if pt.compile != "none":
             e.warmup(cameras=[cams])
-    runs = {
+    runs: dict[str, dict[str, Any]] = {
         m: {
             "frames": [],
             "rejected": 0,

@@ -28,6 +28,8 @@ from ..core.policy import Pi05Policy, frame_noise
 from ..core.types import Observation
 
 MIN_SAMPLES = 3
+#: A sample's stage, with the decode / head batch size: ``("prefill",)``, ``("decode", 4)``.
+CostKey = tuple[str] | tuple[str, int]
 
 
 class CostModel:
@@ -39,7 +41,7 @@ class CostModel:
         self.block_size = block_size
         self.min_samples = max(1, min_samples)
         self.streams = DeviceStreams(policy.model.device)
-        self.samples: dict[tuple, list[float]] = {}
+        self.samples: dict[CostKey, list[float]] = {}
         self._tick = 0
         self._ctx: dict[str, Any] = {}
 
@@ -102,7 +104,8 @@ class CostModel:
             view = PagedExtendView.from_lists(ctx["runner"].pool, ctx["past"][:batch], ctx["new"][:batch], valid)
             ctx["views"][batch] = (view, torch.ones(batch, 1, dtype=torch.long), valid.to(self.model.device))
             self._timed(lambda: self.model.decode_step(*ctx["views"][batch]))  # first call: untimed warm-up
-        return ctx["views"][batch]
+        cached: tuple[PagedExtendView, torch.Tensor, torch.Tensor] = ctx["views"][batch]
+        return cached
 
     # ------------------------------------------------------------------ sampling
     def _timed(self, fn: Callable[[], Any]) -> float:
@@ -112,7 +115,7 @@ class CostModel:
         self.streams.sync()
         return time.perf_counter() - t
 
-    def _add(self, key: tuple, seconds: float) -> None:
+    def _add(self, key: CostKey, seconds: float) -> None:
         self.samples.setdefault(key, []).append(seconds)
 
     @torch.inference_mode()
@@ -151,7 +154,7 @@ class CostModel:
         )
         self.sample(kind, batch)
 
-    def cost(self, key: tuple) -> float:
+    def cost(self, key: CostKey) -> float:
         """Median of the samples of ``key`` (topped up to ``min_samples`` first)."""
         kind = {"preprocess": "prefix", "vision": "prefix", "prefill": "prefix"}.get(key[0], key[0])
         while len(self.samples.get(key, [])) < self.min_samples:
@@ -160,7 +163,7 @@ class CostModel:
 
     def ideal(self, frame: dict[str, Any]) -> float:
         """Ideal time (seconds) of one measured frame record of the current point."""
-        t = self.cost(("preprocess",)) + frame["n_prefills"] * (self.cost(("vision",)) + self.cost(("prefill",)))
+        t: float = self.cost(("preprocess",)) + frame["n_prefills"] * (self.cost(("vision",)) + self.cost(("prefill",)))
         t += self.cost(("denoise",)) + sum(self.cost(("decode", b)) for b in frame["batches"])
         return t + sum(self.cost(("head", n)) for n in frame["starts"])
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 from ..core.cache.block_pool import BlockTable
 from ..core.config import EngineConfig, TaskConfig, get_preset
 from ..core.engine.engine import Engine
+from ..core.engine.requests import LanguageRequest
 from ..core.policy import Pi05Policy, frame_noise
 from ..core.types import Observation
 from .env import environment, finish_environment
@@ -84,7 +86,7 @@ def floor_policy(device: str = "cpu") -> Pi05Policy:
     return Pi05Policy.from_pretrained("pi05-tiny", device=device, config_overrides=over)
 
 
-def count_ops(fn) -> int:
+def count_ops(fn: Callable[[], object]) -> int:
     """Kernel-level operator calls of ``fn()``: top-level non-view aten ops + fused inductor kernels."""
     import torch._inductor.config as ic
 
@@ -132,7 +134,7 @@ class _ModeFloor:
         self.noise = frame_noise(0, 0, cfg.action_horizon, cfg.action_dim)
         self.res: dict[str, Any] = {"compile": compile_mode}
         self.times: dict[str, list[float]] = {"vision": [], "prefill": [], "denoise": []}
-        self.batch: list = []
+        self.batch: list[LanguageRequest] = []
         t0 = time.perf_counter()
         self.frame()  # compiles vision / prefill / denoise for this shape
         self.res["warmup_frame_s"] = time.perf_counter() - t0
@@ -203,7 +205,10 @@ def host_floor(modes: list[str], steps: int = 10, reps: int = 11, policy: Pi05Po
     policy = policy or floor_policy()
     env = environment(policy.model.device, policy.model.dtype)
     floors = [_ModeFloor(policy, m, steps) for m in modes]
-    order = lambda i: floors[i % len(floors) :] + floors[: i % len(floors)]  # noqa: E731
+
+    def order(i: int) -> list[_ModeFloor]:
+        return floors[i % len(floors) :] + floors[: i % len(floors)]
+
     for i in range(reps):
         for f in order(i):
             f.frame()
@@ -240,7 +245,10 @@ def markdown(doc: dict[str, Any]) -> str:
         + [f"frame_b{b}_ms" for b in BATCHES]
         + ["floor_ratio_b8", "ops_per_denoise_step", "ops_per_decode_step_b8", "warmup_frame_s", "warmup_decode_s"]
     )
-    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
+
+    def fmt(v: Any) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
     env = doc.get("environment", {})
     load = f"; load average {env.get('loadavg_start')} → {env.get('loadavg_end')}" if env else ""
     lines = [

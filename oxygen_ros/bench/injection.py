@@ -69,7 +69,7 @@ class FaultInjector:
         in_dict = isinstance(owner, type) or attr in getattr(owner, "__dict__", {})
         original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
 
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             self.calls[stage] += 1
             hook = self._hooks.pop(stage, None)
             if hook is not None:
@@ -97,7 +97,7 @@ class FaultInjector:
             return out
 
         self._restore.append((m, "logits", original, "logits" in m.__dict__))
-        m.logits = logits
+        m.__dict__["logits"] = logits  # an instance attribute shadows the class method (as in bench/probe.py)
 
     def arm(self, stage: str, exc: BaseException | None = None) -> None:
         """Make the next call of ``stage`` raise ``exc`` (default: a ``RuntimeError`` naming it)."""
@@ -136,7 +136,7 @@ class FaultInjector:
     def __enter__(self) -> FaultInjector:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -21,7 +21,7 @@ STAGE_COLORS = {
 }
 
 
-def _plt():
+def _plt() -> Any:  # matplotlib.pyplot (a module)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -28,6 +28,8 @@ import torch
 from ..core.engine.engine import Engine
 from ..core.policy import Pi05Policy
 
+_Fn = Callable[..., Any]  # a wrapped method: any arguments, any result
+
 TIMED = (
     "preprocess",
     "vision",
@@ -59,13 +61,13 @@ class StageProbe:
             self._wrap(policy.model, name, self._model_call)
 
     # ------------------------------------------------------------------ wrapping
-    def _wrap(self, obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    def _wrap(self, obj: Any, name: str, make: Callable[[_Fn], _Fn]) -> None:
         orig = getattr(obj, name)
         obj.__dict__[name] = make(orig)  # an instance attribute shadows the class method
         self._installed.append((obj, name))
 
-    def _timed(self, key: str) -> Callable[[Callable], Callable]:
-        def make(orig: Callable) -> Callable:
+    def _timed(self, key: str) -> Callable[[_Fn], _Fn]:
+        def make(orig: _Fn) -> _Fn:
             def wrapper(*a: Any, **kw: Any) -> Any:
                 t = time.perf_counter()
                 try:
@@ -77,7 +79,7 @@ class StageProbe:
 
         return make
 
-    def _model_call(self, orig: Callable) -> Callable:
+    def _model_call(self, orig: _Fn) -> _Fn:
         def wrapper(*a: Any, **kw: Any) -> Any:
             if self._depth:
                 return orig(*a, **kw)
@@ -94,9 +96,9 @@ class StageProbe:
 
         return wrapper
 
-    def _runner_call(self, ctx: str, runner: Any) -> Callable[[Callable], Callable]:
-        def make(orig: Callable) -> Callable:
-            def wrapper(reqs: list) -> Any:
+    def _runner_call(self, ctx: str, runner: Any) -> Callable[[_Fn], _Fn]:
+        def make(orig: _Fn) -> _Fn:
+            def wrapper(reqs: list[Any]) -> Any:
                 self._ctx = ctx
                 t = time.perf_counter()
                 try:
@@ -111,7 +113,7 @@ class StageProbe:
 
         return make
 
-    def _prefill(self, orig: Callable) -> Callable:
+    def _prefill(self, orig: _Fn) -> _Fn:
         def wrapper(*a: Any, **kw: Any) -> Any:
             t = time.perf_counter()
             out = orig(*a, **kw)

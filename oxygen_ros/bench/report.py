@@ -41,7 +41,7 @@ SUMMARY_KEYS = (
     "stages_ms",
 )
 #: The issue's targets: (name, mode, metric, comparison, bound, where).
-TARGETS = (
+TARGETS: tuple[tuple[str, str, str, str, float, dict[str, int]], ...] = (
     ("bookkeeping <= 2 % of a frame at k = 1", "unified", "overhead_pct", "<=", 2.0, {"k": 1}),
     ("bookkeeping <= 1 % of a frame at k = 5", "unified", "overhead_pct", "<=", 1.0, {"k": 5}),
     ("efficiency vs cost model >= 0.9 (unified)", "unified", "efficiency", ">=", 0.9, {}),
@@ -62,17 +62,28 @@ def summarize_mode(
     fr = [f for f in run["frames"] if not f["warmup"]]
     total = sum(f["T"] for f in fr) or float("nan")
     n = len(fr)
-    mean = lambda key: sum(f[key] for f in fr) / n  # noqa: E731
+
+    def mean(key: str) -> float:
+        m: float = sum(f[key] for f in fr) / n
+        return m
+
     steps = [s for f in fr for s in f["batches"]]
     lat = [x for f in fr for x in f["latencies"]]
     ideal = [f["ideal"] for f in fr if f.get("ideal") is not None]
-    pct = lambda key: 100.0 * sum(f[key] for f in fr) / total  # noqa: E731
+
+    def pct(key: str) -> float:
+        p: float = 100.0 * sum(f[key] for f in fr) / total
+        return p
+
     peak = base_bytes + run["pool_bytes"] + max((f["transient"] for f in fr), default=0)
     # A compiled point runs the decode forward inside the compiled step, so the probe cannot split
     # model time from bookkeeping there, and the cost model prices eager forwards: those figures
     # exist only for eager points ("–" in the table; the targets skip them).
     eager = point.get("compile", "none") == "none"
-    split = pct if eager else (lambda key: None)  # noqa: E731
+
+    def split(key: str) -> float | None:
+        return pct(key) if eager else None
+
     return {
         "warmup_s": run.get("warmup_s", 0.0),
         "compile_state": run.get("compile_state", {}),
@@ -131,9 +142,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         r["kv_ratio"] = r["kv_used_peak_mb"] / b["kv_used_peak_mb"] if b["kv_used_peak_mb"] else None
 
 
-def check_targets(rows: list[dict[str, Any]], points: dict[str, dict[str, Any]], gpu: bool) -> list[dict]:
+def check_targets(rows: list[dict[str, Any]], points: dict[str, dict[str, Any]], gpu: bool) -> list[dict[str, Any]]:
     """Each target against every matching row: worst value, pass/miss (GPU-only targets need a GPU run)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for name, mode, metric, op, bound, where in TARGETS:
         vals = [
             (r["point"], r[metric])

@@ -180,14 +180,15 @@ def run(policy: Pi05Policy, a: argparse.Namespace) -> dict[str, Any]:
         guides, left = make_guides(engines, prefixes["off"], a)
         mc = policy.cfg
         noise = frame_noise(a.seed, 1, mc.action_horizon, mc.action_dim)
-        calls = {
+        calls: dict[str, tuple[Engine, Callable[[], Any]]] = {
             "off": (engines["off"], lambda: engines["off"].runner.actions_normalized(prefixes["off"], noise, a.steps))
         }
         for form in ("elementwise", "vjp"):
-            calls[form] = (
-                engines["rtc"],
-                lambda g=guides[form]: engines["rtc"].runner.actions_normalized(prefixes["rtc"], noise, a.steps, g),
-            )
+
+            def guided(g: RTCGuide = guides[form]) -> Any:  # the guide bound now, not at the call
+                return engines["rtc"].runner.actions_normalized(prefixes["rtc"], noise, a.steps, g)
+
+            calls[form] = (engines["rtc"], guided)
         den: dict[str, list[dict[str, Any]]] = {n: [] for n in DENOISE}
         chunk: dict[str, list[dict[str, Any]]] = {n: [] for n in CHUNK}
         outputs: dict[str, torch.Tensor] = {}
@@ -274,7 +275,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
 
     def paired(kind: str, num: str, key: str) -> float:
         rows = zip(raw[kind][num], raw[kind]["off"])
-        return statistics.median(x[key] / y[key] for x, y in rows if not x["warmup"] and x[key] and y[key])
+        median: float = statistics.median(x[key] / y[key] for x, y in rows if not x["warmup"] and x[key] and y[key])
+        return median
 
     ratios = {f"denoise_{f}": den[f]["median_ms"] / den["off"]["median_ms"] for f in ("elementwise", "vjp")}
     ratios["chunk_latency_rtc"] = ch["rtc"]["median_ms"] / ch["off"]["median_ms"]

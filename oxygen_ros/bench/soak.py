@@ -37,7 +37,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
@@ -50,6 +50,7 @@ from ..core.types import Observation
 # `chaos_soak --help` and a mistyped flag answer at once instead of after torch's ~7 s import
 if TYPE_CHECKING:
     from ..core.engine.engine import Engine
+    from ..core.engine.requests import FrameResult
     from ..core.policy import Pi05Policy
 
 TASKS = (
@@ -75,12 +76,16 @@ def soak_config(schedule: str = "serial") -> EngineConfig:
     )
 
 
+#: One language request: (text, max_new_tokens, temperature, seed or None, stop token ids).
+Ask = tuple[str, int, float, int | None, tuple[int, ...]]
+
+
 @dataclass
 class FramePlan:
     """What happens at one frame: asks ``(text, max_new_tokens, temperature, seed, stop_ids)``,
     cancels (indices into all asks so far), the instruction, the injected fault (chaos run)."""
 
-    asks: list[tuple] = field(default_factory=list)
+    asks: list[Ask] = field(default_factory=list)
     cancels: list[int] = field(default_factory=list)
     instruction: str = "stack the blocks"
     last_step_cancel: bool = False
@@ -126,12 +131,12 @@ def workload(frames: int, seed: int) -> list[FramePlan]:
     return plans
 
 
-def observations(seed: int, n: int = 8) -> list[dict]:
+def observations(seed: int, n: int = 8) -> list[dict[str, np.ndarray | None]]:
     """A few camera images the frames cycle through (one or two cameras)."""
     rng = np.random.default_rng(seed + 1)
     out = []
     for i in range(n):
-        imgs = {"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)}
+        imgs: dict[str, np.ndarray | None] = {"base_0_rgb": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)}
         if i % 2:
             imgs["left_wrist_0_rgb"] = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
         out.append(imgs)
@@ -143,9 +148,11 @@ class RunReport:
     """Outcome of one run."""
 
     frames: int = 0
-    results: dict[int, tuple] = field(default_factory=dict)  # id -> (status, frame_id, tokens)
+    results: dict[int, tuple[int, int, tuple[int, ...]]] = field(
+        default_factory=dict
+    )  # id -> (status, frame_id, tokens)
     touched: set[int] = field(default_factory=set)
-    injected: Counter = field(default_factory=Counter)
+    injected: Counter[str] = field(default_factory=Counter)
     faults: dict[str, int] = field(default_factory=dict)
     invariant_checks: int = 0
     idle_leaks: int = 0
@@ -153,10 +160,10 @@ class RunReport:
     dropped_frames: int = 0
     peak_blocks: int = 0
     frames_with_queue: int = 0
-    statuses: Counter = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
     submitted: int = 0
     ended_twice: int = 0
-    counts: dict = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
     rss_mib: dict[int, float] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -245,7 +252,7 @@ def run(
     return rep
 
 
-def _record(eng: Engine, r, rep: RunReport, frame: bool = True) -> None:
+def _record(eng: Engine, r: FrameResult, rep: RunReport, frame: bool = True) -> None:
     eng.check_invariants()
     rep.invariant_checks += 1
     if not eng.in_flight and not getattr(eng, "busy", False) and eng.pool.blocks.num_in_use:
@@ -265,7 +272,7 @@ def _record(eng: Engine, r, rep: RunReport, frame: bool = True) -> None:
 
 def compare(ref: RunReport, chaos: RunReport) -> dict[str, int]:
     """Untouched requests admitted on the same frame in both runs must end alike, token for token."""
-    out = Counter()
+    out: Counter[str] = Counter()
     for rid, (status, frame, toks) in chaos.results.items():
         if rid in chaos.touched:
             out["touched"] += 1
@@ -282,7 +289,7 @@ def compare(ref: RunReport, chaos: RunReport) -> dict[str, int]:
 
 def soak(
     frames: int = 10_000, seed: int = 0, threads: int = 1, progress: bool = False, schedule: str = "serial"
-) -> dict:
+) -> dict[str, Any]:
     """Both runs and the checks; returns the report (see module doc). ``threads``: torch intra-op
     threads (1: pi05-tiny's ops are far too small to split, and a shared 2-core machine thrashes);
     ``schedule``: the chaos run's schedule (the reference is serial)."""
@@ -299,7 +306,7 @@ def soak(
     cmp = compare(ref, chaos)
     rss = chaos.rss_mib
     lost = chaos.submitted - len(chaos.results)
-    report = {
+    report: dict[str, Any] = {
         "frames": frames,
         "seed": seed,
         "schedule": schedule,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -119,13 +121,21 @@ class BenchPoint:
         tail = "" if self.compile == "none" else f" compile:{self.compile}"
         return f"{self.layout} S{self.steps} N{self.tokens} k{self.k} {self.arrival}{tail}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON form (with the derived warm-up)."""
         return {**asdict(self), "warmup": self.warmup, "key": self.key}
 
 
 def product_points(
-    layouts, steps, tokens, ks, arrivals, horizon: int, frames: int, seed: int, compiles=("none",)
+    layouts: Sequence[str],
+    steps: Sequence[int],
+    tokens: Sequence[int],
+    ks: Sequence[int] | None,
+    arrivals: Sequence[str],
+    horizon: int,
+    frames: int,
+    seed: int,
+    compiles: Sequence[str] = ("none",),
 ) -> list[BenchPoint]:
     """Cartesian product of the axes; ``ks=None`` → every divisor of N, else those in ``ks`` dividing N.
     Compile modes vary slowest, so eager and compiled points of one run share its conditions."""
@@ -136,11 +146,21 @@ def product_points(
     return pts
 
 
+class _Around(TypedDict):
+    """The axes :func:`paper_sweep` holds fixed while it varies one other."""
+
+    tokens: list[int]
+    ks: list[int]
+    horizon: int
+    frames: int
+    seed: int
+
+
 def paper_sweep(horizon: int, frames: int, seed: int) -> list[BenchPoint]:
     """The default sweep: every (N, k | N) at the paper's point (LIBERO, S 10, one request per frame),
     then one axis at a time around N = 30, k ∈ {1, 5}: layouts, denoise steps, arrival patterns."""
     pts = product_points(["libero"], [10], [5, 10, 15, 20, 30], None, ["uniform:1"], horizon, frames, seed)
-    around = dict(tokens=[30], ks=[1, 5], horizon=horizon, frames=frames, seed=seed)
+    around = _Around(tokens=[30], ks=[1, 5], horizon=horizon, frames=frames, seed=seed)
     pts += product_points(["droid", "aloha"], [10], arrivals=["uniform:1"], **around)
     pts += product_points(["libero"], [5, 15, 20], arrivals=["uniform:1"], **around)
     pts += product_points(

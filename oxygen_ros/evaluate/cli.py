@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from oxygen_ros.evaluate.episodes import (
     CLOSED_LOOP,
@@ -160,7 +161,8 @@ def _model(args: argparse.Namespace) -> str | None:
     other working directories)."""
     if args.model and Path(args.model).expanduser().exists():
         return str(Path(args.model).expanduser().resolve())
-    return args.model
+    model: str | None = args.model
+    return model
 
 
 def _forwarded(args: argparse.Namespace) -> list[str]:
@@ -233,6 +235,8 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
 
     # the loop stops itself (and reports) before the episode's process is stopped from outside
     loop_timeout = max(10.0, args.episode_timeout_s - GRACE_S - 10.0)
+    model = "scripted" if args.policy == "scripted" else _model(args)
+    assert model is not None  # _forwarded (run first) refused --policy model without --model
     eps = closed_loop_episodes(
         range(args.seed, args.seed + args.episodes),
         args.policy,
@@ -240,7 +244,7 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
         args.episode_s,
         loop_timeout,
         fw,
-        "scripted" if args.policy == "scripted" else _model(args),
+        model,
     )
     _check_args(loop_parser(), [a.replace("{out}", "/tmp/x") for a in eps[0].args], "closed_loop")
     return eps
@@ -263,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EvaluateError, ValueError, OSError) as exc:
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     todo = []
     for ep in episodes:
         done = folder.finished(ep)
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = sys.stderr.isatty() if args.progress == "auto" else args.progress == "on"
 
-    def on_row(row: dict) -> None:
+    def on_row(row: dict[str, Any]) -> None:
         folder.save_row(row)
         rows[row["episode"]] = row
         if row["status"] != "ok":
@@ -298,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     return _finish(folder, [rows[ep.id] for ep in episodes], kind)
 
 
-def _finish(folder: OutputFolder, table: list[dict], kind: str) -> int:
+def _finish(folder: OutputFolder, table: list[dict[str, Any]], kind: str) -> int:
     from oxygen_ros.evaluate.plots import save_plots
 
     written = folder.write_table(table, kind)

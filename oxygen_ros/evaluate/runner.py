@@ -239,7 +239,7 @@ def run_episode(
     return row_from_outputs(episode, out_dir, proc.returncode, output, wall, timed_out)
 
 
-def _kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -259,7 +259,7 @@ def kill_episode_group(out_dir: Path) -> bool:
         return False
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGINT the episode's process group, SIGKILL it after the grace period."""
     _kill_group(proc, signal.SIGINT)
     try:

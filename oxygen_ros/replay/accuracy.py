@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -49,13 +49,19 @@ def _list(a: np.ndarray) -> list[float | None]:
     return [_f(v) for v in np.asarray(a, dtype=np.float64)]
 
 
+@overload
+def _nanmean(a: np.ndarray, axis: None = None) -> float: ...
+@overload
+def _nanmean(a: np.ndarray, axis: int) -> np.ndarray: ...
 def _nanmean(a: np.ndarray, axis: int | None = None) -> np.ndarray | float:
-    """Mean ignoring NaN; NaN (no warning) where there is no finite value."""
+    """Mean ignoring NaN; NaN (no warning) where there is no finite value (a float64 scalar
+    without ``axis``, an array along ``axis``)."""
     a = np.asarray(a, dtype=np.float64)
     n = np.isfinite(a).sum(axis=axis)
     s = np.where(np.isfinite(a), a, 0.0).sum(axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return s / np.where(n > 0, n, np.nan)
+        mean: np.ndarray | float = s / np.where(n > 0, n, np.nan)
+    return mean
 
 
 def align_samples(
@@ -79,11 +85,11 @@ def align_samples(
     values = np.full((len(samples), len(joint_names)), np.nan)
     for k, (_, names, pos) in enumerate(samples):
         names = list(names) or list(default_names)
-        pos = np.asarray(pos, dtype=np.float64)
-        idx = [(col[n], i) for i, n in enumerate(names) if n in col and i < pos.shape[0]]
+        arr = np.asarray(pos, dtype=np.float64)
+        idx = [(col[n], i) for i, n in enumerate(names) if n in col and i < arr.shape[0]]
         if idx:
             cols, src = zip(*idx)
-            values[k, list(cols)] = pos[list(src)]
+            values[k, list(cols)] = arr[list(src)]
     order = np.argsort(times, kind="stable")
     return times[order], values[order]
 
@@ -206,7 +212,7 @@ def evaluate(
             f"no action chunk of {len(names)} joint positions to compare", reference_topic, reference_kind
         )
     c, h, _ = pred.shape
-    present = np.isfinite(ref_v).any(axis=0) if len(ref_t) else np.zeros(len(names), bool)
+    present = np.asarray(np.isfinite(ref_v).any(axis=0)) if len(ref_t) else np.zeros(len(names), bool)
     if not present.any():
         return unavailable(
             f"{reference_topic or 'the reference'} has no joint of joint_names "

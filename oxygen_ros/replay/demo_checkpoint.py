@@ -20,12 +20,15 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from oxygen_ros.bags.reader import BagError, BagInput
 from oxygen_ros.core.types import NormStats
+
+if TYPE_CHECKING:  # torch is imported only when a checkpoint is loaded or built
+    from oxygen_ros.core.policy import Pi05Policy
 
 __all__ = ["bag_norm_stats", "cache_root", "ensure_checkpoint"]
 
@@ -50,7 +53,7 @@ def _stats(rows: list[np.ndarray]) -> NormStats:
 
 
 def bag_norm_stats(
-    bag: str | os.PathLike,
+    bag: str | os.PathLike[str],
     joint_names: Sequence[str],
     state_topic: str = "/joint_states",
     action_topic: str = "/commanded_action",
@@ -92,7 +95,7 @@ def _fingerprint(preset: str, seed: int, stats: dict[str, NormStats]) -> dict[st
     return {"format": FORMAT, "preset": preset, "seed": seed, "stats_sha256": hashlib.sha256(blob.encode()).hexdigest()}
 
 
-def _load(folder: Path):
+def _load(folder: Path) -> Pi05Policy:
     from oxygen_ros.core.policy import Pi05Policy
 
     return Pi05Policy.from_pretrained(folder)  # device as the node's default: CUDA if available
@@ -104,7 +107,7 @@ def ensure_checkpoint(
     seed: int = 0,
     root: Path | None = None,
     log: Callable[[str], None] = print,
-):
+) -> tuple[Path, Pi05Policy]:
     """Return ``(folder, policy)`` of the cached random-weight checkpoint, building it if needed.
 
     Args:

@@ -30,9 +30,9 @@ from oxygen_ros.bags.reader import msg_class
 from oxygen_ros.bags.writer import BagOutput
 from oxygen_ros.core.action_space import ActionSpace
 from oxygen_ros.core.engine.engine import Engine
-from oxygen_ros.core.engine.requests import RequestStatus
+from oxygen_ros.core.engine.requests import RequestResult, RequestStatus
 from oxygen_ros.core.robot_io import RobotFrames
-from oxygen_ros.core.types import ActionChunk, Observation
+from oxygen_ros.core.types import ActionChunk, Observation, TextDelta
 from oxygen_ros.replay.console import Console
 from oxygen_ros.replay.prepare import TopicMap, resolve_topic
 from oxygen_ros.replay.report import FrameRecord, ReplayStats, RequestRecord
@@ -140,7 +140,7 @@ class NodeSim:
         self.bag_now_ns = max(self.bag_now_ns, log_ns)
         arrival = self.now() if arrival is None else arrival
         try:
-            msg = deserialize_message(raw, self.classes[topic])
+            msg: Any = deserialize_message(raw, self.classes[topic])
         except Exception:  # noqa: BLE001 - rmw raises RuntimeError subclasses for bad CDR
             self.stats.drops[f"undecodable messages on {topic}"] += 1
             return None
@@ -297,7 +297,7 @@ class NodeSim:
         self.text(res.deltas, res.ended, log_ns, rec.bag_time)
         return rec
 
-    def text(self, deltas: list, ended: list, log_ns: int, t: float) -> None:
+    def text(self, deltas: list[TextDelta], ended: list[RequestResult], log_ns: int, t: float) -> None:
         """Serialise a frame's deltas and ended requests per task, write and show them."""
         by_task = self.utterances.frame(deltas, ended)
         for r in ended:

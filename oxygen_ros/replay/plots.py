@@ -178,7 +178,9 @@ def _action_error(acc: dict[str, Any], path: Path) -> Path:
     for k, (label, per, color) in enumerate(
         (("policy", acc["per_joint"], "#c44e52"), ("hold baseline", base.get("per_joint", {}), "#4c72b0"))
     ):
-        vals = [np.nan if per.get(n, {}).get("mae_norm") is None else per[n]["mae_norm"] for n in names]
+        vals = np.array(
+            [np.nan if per.get(n, {}).get("mae_norm") is None else per[n]["mae_norm"] for n in names], dtype=float
+        )
         ax2.bar(x + (k - 0.5) * 0.4, vals, width=0.4, color=color, label=label)
     ax2.set_xticks(x, names, rotation=60, ha="right", fontsize=7)
     ax2.set_ylabel("MAE / recorded range (q01-q99)")

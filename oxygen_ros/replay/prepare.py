@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from oxygen_ros.bags.reader import BagInput
 
 if TYPE_CHECKING:  # rclpy is imported only when a config is read (`replay --help` stays quick)
+    from oxygen_ros.core.policy import Pi05Policy
     from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = [
@@ -62,7 +63,7 @@ def default_params_file() -> Path | None:
 
 
 def load_node_config(
-    params_file: str | os.PathLike | None,
+    params_file: str | os.PathLike[str] | None,
     overrides: Sequence[str] = (),
     node_name: str = "oxygen",
     namespace: str = "/",
@@ -193,7 +194,7 @@ def check_bag(bag: BagInput, topics: TopicMap, instruction: str) -> list[str]:
     return warnings
 
 
-def load_policy(cfg, model: str | None = None):
+def load_policy(cfg: NodeConfig, model: str | None = None) -> Pi05Policy:
     """The policy the node would load for ``cfg`` (:func:`oxygen_ros.ros.model_setup.load_policy`).
 
     Raises:
@@ -207,7 +208,7 @@ def load_policy(cfg, model: str | None = None):
         raise ReplayError(f"cannot load model {model or cfg.model!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def check_policy(cfg, policy) -> None:
+def check_policy(cfg: NodeConfig, policy: Pi05Policy) -> None:
     """Raise ReplayError when ``policy`` does not fit the node configuration."""
     from oxygen_ros.ros.model_setup import check_policy as node_check_policy
 

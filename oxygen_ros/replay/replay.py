@@ -31,6 +31,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oxygen_ros.bags.reader import BagError, BagInput
 from oxygen_ros.bags.writer import BagOutput
@@ -46,6 +47,12 @@ from oxygen_ros.replay.prepare import (
     load_policy,
 )
 from oxygen_ros.replay.report import ReplayStats, find_gaps, format_report
+
+if TYPE_CHECKING:  # torch and rclpy are imported only when a replay runs (`replay --help` stays quick)
+    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.core.types import ActionChunk
+    from oxygen_ros.replay.node_sim import NodeSim
+    from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = ["ReplayError", "ReplayOptions", "ReplayResult", "build_parser", "main", "replay"]
 
@@ -85,8 +92,8 @@ class ReplayResult:
 
     stats: ReplayStats
     report: str
-    chunks: list = field(default_factory=list)
-    texts: list = field(default_factory=list)
+    chunks: list[ActionChunk] = field(default_factory=list)
+    texts: list[tuple[str, int, str]] = field(default_factory=list)  # (task, request id, text)
     out_bag: Path | None = None
     files: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -108,7 +115,7 @@ def _prepare_out(out: Path | None, overwrite: bool) -> None:
             (out / name).unlink(missing_ok=True)
 
 
-def replay(opts: ReplayOptions, policy=None) -> ReplayResult:
+def replay(opts: ReplayOptions, policy: Pi05Policy | None = None) -> ReplayResult:
     """Run one replay (see module doc).
 
     Args:
@@ -144,7 +151,14 @@ def replay(opts: ReplayOptions, policy=None) -> ReplayResult:
             torch.set_num_threads(threads)
 
 
-def _replay(opts: ReplayOptions, cfg, topics: TopicMap, bag: BagInput, warnings: list[str], policy) -> ReplayResult:
+def _replay(
+    opts: ReplayOptions,
+    cfg: NodeConfig,
+    topics: TopicMap,
+    bag: BagInput,
+    warnings: list[str],
+    policy: Pi05Policy | None,
+) -> ReplayResult:
     import torch
 
     from oxygen_ros.core.loops.schedules import make_engine
@@ -262,7 +276,7 @@ def _median_period(times: list[float], opts: ReplayOptions, raw: bool = False) -
     return period / (opts.rate if opts.timing == "recorded" else 1.0)
 
 
-def _finish(opts: ReplayOptions, stats: ReplayStats, sim, writer) -> ReplayResult:
+def _finish(opts: ReplayOptions, stats: ReplayStats, sim: NodeSim, writer: BagOutput | None) -> ReplayResult:
     result = ReplayResult(stats=stats, report="", chunks=sim.chunks, texts=sim.texts)
     if writer is not None:
         result.out_bag = writer.close()

@@ -14,7 +14,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.ros.convert import stamp_to_sec
-from oxygen_ros.ros.diagnostics import WARN, log_at
+from oxygen_ros.ros.diagnostics import OK, WARN, log_at
 from oxygen_ros.sim.executor import ChunkExecutor, Verdict
 from oxygen_ros.sim.scene import JOINT_NAMES
 
@@ -49,7 +49,7 @@ class CommandInputs:
                 f"{list(JOINT_NAMES)} with finite positions and increasing times",
             )
         elif verdict is Verdict.STALE:
-            self.warn_once("stale", f"{what} stamped {stamp:.3f} is older than the last reset; dropped", "info")
+            self.warn_once("stale", f"{what} stamped {stamp:.3f} is older than the last reset; dropped", OK)
         else:
             self.warn_once(
                 verdict.value, f"{what} stamped {stamp:.3f} dropped ({verdict.value}) at sim time {self.now():.3f}"

@@ -27,9 +27,9 @@ __all__ = ["ExecStats"]
 class ExecStats:
     """Counters, age / latency samples (seconds) and switch figures of one executor."""
 
-    counts: collections.Counter = field(default_factory=collections.Counter)
-    ages: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2000))
-    latencies: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    ages: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=2000))
+    latencies: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=500))
     switches: SwitchStats = field(default_factory=SwitchStats)
     _in_use: Any = None  # the chunk (``.due`` [H], ``.positions`` [H, n]) of the last executed step
 

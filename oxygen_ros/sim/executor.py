@@ -44,6 +44,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class ChunkExecutor:
         self,
         joint_names: Sequence[str],
         step_s: float,
-        initial: Sequence[float],
+        initial: Sequence[float] | np.ndarray,
         loss_timeout_s: float = 0.25,
         max_speed: float = 0.0,
         source: str = "trajectory",
@@ -115,7 +116,7 @@ class ChunkExecutor:
         self._reset_locked(self._check_pose(initial), -math.inf)
 
     # ------------------------------------------------------------------ helpers
-    def _check_pose(self, positions: Sequence[float]) -> np.ndarray:
+    def _check_pose(self, positions: Sequence[float] | np.ndarray) -> np.ndarray:
         arr = np.array(positions, dtype=np.float64).reshape(-1)
         if arr.shape != (len(self.joint_names),) or not np.isfinite(arr).all():
             raise ValueError(f"a pose must be {len(self.joint_names)} finite values, got {positions!r}")
@@ -186,6 +187,7 @@ class ChunkExecutor:
             bad = bad or self._time_verdict(stamp)
             if bad is not None:
                 return self._count(bad)
+            assert pos is not None and tfs is not None  # check_chunk returns both when it finds no fault
             due = stamp + tfs
             if due[-1] < now - 0.5 * self.step_s:
                 return self._count(Verdict.EXPIRED)
@@ -227,12 +229,13 @@ class ChunkExecutor:
                 return self._count(bad)
             if now - stamp > self.stream_timeout_s:
                 return self._count(Verdict.EXPIRED)
+            assert row is not None  # check_command returns the row when it finds no fault
             self._newest = stamp
             self._stream = (stamp, row)
             self._stats.latencies.append(now - stamp)
             return self._count(Verdict.ACCEPTED)
 
-    def reset(self, positions: Sequence[float], now: float) -> None:
+    def reset(self, positions: Sequence[float] | np.ndarray, now: float) -> None:
         """Forget every chunk/command, hold ``positions`` and refuse input stamped at or before
         ``now`` (it was computed from the state before the reset).
 
@@ -312,6 +315,7 @@ class ChunkExecutor:
                 counts["limited_steps"] += int(limited)
             self._last = cmd
             counts["executed_steps"] += 1
+            assert age is not None  # _target gives an age with every target
             self._stats.ages.append(age)
             return Command(cmd.copy(), self._state, age, index, limited, event)
 
@@ -326,7 +330,8 @@ class ChunkExecutor:
     def last_command(self) -> np.ndarray:
         """``[n]`` the last applied (or initial / reset) command."""
         with self._lock:
-            return self._last.copy()
+            last: np.ndarray = self._last.copy()
+            return last
 
     def counts(self) -> dict[str, int]:
         """Counters: steps, executed_steps, wait_steps (before the first chunk), hold_steps (gaps
@@ -342,7 +347,7 @@ class ChunkExecutor:
         with self._lock:
             return self._stats.age_stats()
 
-    def switch_stats(self, jumps: bool = False) -> dict:
+    def switch_stats(self, jumps: bool = False) -> dict[str, Any]:
         """Chunk switches (module doc): ``switches`` (measured), ``switches_after_hold``,
         ``switch_jump_last`` / ``switch_jump_median`` (last 2000) / ``switch_jump_max`` in joint
         units (None before the first measured switch); ``jumps``: also the list ``switch_jumps``."""

@@ -103,7 +103,7 @@ class AlohaSimNode(Node):
         self.step_s = 1.0 / p["control_rate_hz"]
         os.environ.setdefault("MUJOCO_GL", "egl")
         try:
-            self.scene = SimScene(
+            self.scene: SimScene | None = SimScene(
                 cameras=cams, image_size=(p["image_height"], p["image_width"]), control_rate_hz=p["control_rate_hz"]
             )
         except ValueError as exc:  # unknown camera, image size or rate: parameter problems
@@ -264,6 +264,7 @@ class AlohaSimNode(Node):
     def _step(self) -> None:
         now = self.clock_start + self.pacer.elapsed
         self._sim_now = now
+        assert self.scene is not None  # None only after stop(), which ends the simulation thread first
         cmd = self.chunk_executor.step(now)
         q = self.scene.step(cmd.positions)
         succeeded = self.episode.update(
@@ -277,6 +278,7 @@ class AlohaSimNode(Node):
         self._publish_state(after)
         self._step_count += 1
         if self.camera_every and self._step_count % self.camera_every == 0:
+            assert self.renderer is not None  # created in __init__ whenever camera_every > 0
             data = self.scene.physics.data.ptr
             self.renderer.submit(after, data.qpos.copy(), data.mocap_pos.copy(), data.mocap_quat.copy())
         if cmd.event:
@@ -309,6 +311,7 @@ class AlohaSimNode(Node):
             self.renderer.clear()
         self.resets += 1
         self._seed = self.p["seed"] + self.resets
+        assert self.scene is not None  # None only after stop(), which ends the simulation thread first
         q = self.scene.reset(self._seed)
         now = self.clock_start + self.pacer.elapsed
         self.chunk_executor.reset(q, now)
@@ -324,6 +327,7 @@ class AlohaSimNode(Node):
 
     # ------------------------------------------------------------------ publishing
     def _publish_state(self, t: float) -> None:
+        assert self.scene is not None  # None only after stop(), which ends the simulation thread first
         self.pub.state(t, self.scene.joint_positions(), self.scene.joint_velocities())
 
     def _publish_images(self, stamp: float, images: dict[str, np.ndarray], render_s: float) -> None:

@@ -65,7 +65,7 @@ class Rates:
         self._steps: collections.deque[tuple[float, float]] = collections.deque()
         self._frames: collections.deque[tuple[float, float]] = collections.deque()
 
-    def _trim(self, q: collections.deque, now: float) -> None:
+    def _trim(self, q: collections.deque[tuple[float, float]], now: float) -> None:
         while len(q) > 2 and now - q[0][0] > self.window_s:
             q.popleft()
 
@@ -115,7 +115,7 @@ class Renderer:
         self._model, self._cameras, self._size, self._shadows = model, cameras, size, shadows
         self._publish, self._on_error = publish, on_error
         self._cond = threading.Condition()
-        self._pending: tuple | None = None
+        self._pending: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._stop = False
         self.skipped = 0
         self.frames = 0
@@ -173,6 +173,7 @@ class Renderer:
                         self._cond.wait()
                     if self._stop:
                         return
+                    assert self._pending is not None  # the wait above ends with a frame or with stop
                     stamp, qpos, mocap_pos, mocap_quat = self._pending
                     self._pending = None
                 t0 = time.perf_counter()

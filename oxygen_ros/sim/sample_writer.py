@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
+
+if TYPE_CHECKING:
+    from rosbags.typesys.store import MsgType
 
 __all__ = ["SampleBagWriter", "check_replaceable"]
 
@@ -55,11 +59,11 @@ class SampleBagWriter:
         self._names = list(joint_names)
         self._empty = np.zeros(0, dtype=np.float64)
 
-    def _header(self, stamp_ns: int, frame_id: str = "") -> object:
+    def _header(self, stamp_ns: int, frame_id: str = "") -> MsgType:
         t = self.ts.types["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9)
         return self.ts.types["std_msgs/msg/Header"](stamp=t, frame_id=frame_id)
 
-    def _put(self, topic: str, msg: object, stamp_ns: int) -> None:
+    def _put(self, topic: str, msg: MsgType, stamp_ns: int) -> None:
         self.writer.write(self._conns[topic], stamp_ns, self.ts.serialize_cdr(msg, msg.__msgtype__))
         self.counts[topic] = self.counts.get(topic, 0) + 1
 

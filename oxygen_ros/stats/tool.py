@@ -19,10 +19,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from oxygen_ros.core.action_space import ActionSpace  # numpy only: torch and rclpy come after argparse
+from oxygen_ros.core.types import NormStats
 from oxygen_ros.stats.compute import Episode
 
 __all__ = ["StatsError", "read_episode", "main"]
@@ -38,7 +40,7 @@ def _topic(name: str) -> str:
     return name if name.startswith("/") else "/" + name
 
 
-def _pick(msg, names: tuple[str, ...], fields: list[str]) -> np.ndarray | None:
+def _pick(msg: Any, names: tuple[str, ...], fields: list[str]) -> np.ndarray | None:
     """Values of ``names`` from a JointState (``fields[i]`` = position / velocity), None if absent."""
     index: dict[str, int] = {}
     for i, n in enumerate(msg.name):
@@ -100,6 +102,7 @@ def read_episode(
             bar.update()
             msgtype = bag.topics[topic].msgtype
             msg = ts.deserialize_cdr(raw, msgtype)
+            vec: np.ndarray | None
             if msgtype == _ARR:
                 vec = np.asarray(msg.data, np.float64)
                 want = len(state_names if topic == state_topic else names)
@@ -181,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def zero_range_joints(stats: dict, space: ActionSpace) -> list[str]:
+def zero_range_joints(stats: dict[str, NormStats], space: ActionSpace) -> list[str]:
     """``'<state|actions> <joint>'`` for every dimension whose q01 == q99 (or std == 0): it never
     moved in the bags, so normalisation maps it to a constant and the policy cannot use it."""
     out = []
@@ -227,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         cfg = load_node_config(args.params_file, args.param)
         space = ActionSpace(cfg.action_space, cfg.joint_names, cfg.state_joint_names)
-        episodes, drops = [], {}
+        episodes: list[Episode] = []
+        drops: dict[str, int] = {}
         for bag in args.bags:
             ep, dropped = read_episode(bag, _topic(cfg.joint_state_topic), _topic(args.action_topic), space, progress)
             episodes.append(ep)

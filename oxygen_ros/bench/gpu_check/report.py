@@ -66,6 +66,8 @@ def parse_tests(raw: Path) -> dict[str, Any]:
     """``tests``: pytest's JUnit XML."""
     root = ET.parse(raw / "tests.xml").getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        raise ValueError("tests.xml holds no <testsuite>")
     n, fail, err, skip = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
     failed = [
         f"{c.get('classname')}.{c.get('name')}"
@@ -83,7 +85,7 @@ def parse_tests(raw: Path) -> dict[str, Any]:
 def ran_no_test(figures: dict[str, Any]) -> bool:
     """Whether a pytest run checked nothing: no test passed and none failed (every one skipped,
     e.g. the ``gpu`` tests on a machine without CUDA). Such a stage is ``skipped``, not ``passed``."""
-    return figures.get("passed", 0) == 0 and figures.get("failed", 0) == 0
+    return bool(figures.get("passed", 0) == 0 and figures.get("failed", 0) == 0)
 
 
 def parse_schedules(raw: Path) -> dict[str, Any]:
@@ -143,7 +145,7 @@ PARSERS: dict[str, Callable[[Path], dict[str, Any]]] = {
 
 
 def _met(value: float, op: str | None, bound: float | None, dry: bool) -> str:
-    if op is None:
+    if op is None or bound is None:
         return ""
     want = f"{'≤' if op == '<=' else '≥'} {bound:g}"
     if dry:

@@ -35,7 +35,9 @@ AGREE_ATOL = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 
 def _observation(policy: Pi05Policy, frame: int) -> Observation:
     rng = np.random.default_rng(frame)
-    images = {s: rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for s in policy.cfg.image_slots}
+    images: dict[str, np.ndarray | None] = {
+        s: rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for s in policy.cfg.image_slots
+    }
     return Observation(
         images=images,
         state=rng.uniform(-1, 1, policy.normalizer.state_dim).astype(np.float32),

@@ -85,7 +85,7 @@ class LoopMonitor:
             stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             self.chunks.append((time.monotonic(), stamp))
 
-    def _text(self, sink: list, msg: Any) -> None:
+    def _text(self, sink: list[tuple[float, str]], msg: Any) -> None:
         with self._lock:
             sink.append((time.monotonic(), msg.data))
 

@@ -24,8 +24,12 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oxygen_ros.ros.params.node_config import NodeConfig
 
 __all__ = ["ControllerCheck", "build_parser", "main"]
 
@@ -48,9 +52,8 @@ class ControllerCheck:
     accepted: int = 0
     rejected: int = 0
     problem: str = ""
-    _seen: set = field(default_factory=set, repr=False)
 
-    def check(self, msg) -> bool:
+    def check(self, msg: Any) -> bool:
         """Check one message (JointTrajectory or Float64MultiArray) as the controller would take
         it; count it. Returns True when accepted."""
         why = self._problem(msg)
@@ -61,7 +64,11 @@ class ControllerCheck:
         self.accepted += 1
         return True
 
-    def _problem(self, msg) -> str:
+    def on_message(self, msg: Any) -> None:
+        """Subscription callback: :meth:`check` ``msg``."""
+        self.check(msg)
+
+    def _problem(self, msg: Any) -> str:
         n = len(self.joints)
         if self.kind == "forward_command":
             data = list(msg.data)
@@ -86,7 +93,7 @@ class ControllerCheck:
         return f"{self.name} ({self.topic}): {self.accepted} accepted, {self.rejected} rejected{tail}"
 
 
-def controller_checks(cfg) -> list[ControllerCheck]:
+def controller_checks(cfg: NodeConfig) -> list[ControllerCheck]:
     """One :class:`ControllerCheck` per controller group of the node configuration ``cfg``, or one
     for ``action_topic`` when it declares none."""
     if cfg.controllers:
@@ -152,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for c in checks:
         if c.kind == "forward_command":
-            node.create_subscription(Float64MultiArray, c.topic, c.check, qos_from_name(cfg.command_qos))
+            node.create_subscription(Float64MultiArray, c.topic, c.on_message, qos_from_name(cfg.command_qos))
         else:
-            node.create_subscription(JointTrajectory, c.topic, c.check, qos_from_name(cfg.action_qos))
+            node.create_subscription(JointTrajectory, c.topic, c.on_message, qos_from_name(cfg.action_qos))
     t0 = time.monotonic()
 
     def tick() -> None:

@@ -45,7 +45,7 @@ NODE_NAME = "scripted_policy"
 
 
 def _sec(stamp: Any) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
+    return float(stamp.sec + stamp.nanosec * 1e-9)
 
 
 class ScriptedPolicyNode(Node):
@@ -65,7 +65,7 @@ class ScriptedPolicyNode(Node):
                 f"horizon {horizon} / control_period_s {self.period_s} / latency_s {self.latency_s} out of range"
             )
         self.oracle = OracleScript(self.seed, horizon, self.period_s)
-        self._pending: collections.deque = collections.deque()  # (due, stamp, chunk message)
+        self._pending: collections.deque[tuple[float, JointTrajectory]] = collections.deque()  # (due, chunk message)
         self._have_state = False
         self._min_stamp = -1.0  # observations at or before a reset are dropped
         self.published = 0

@@ -129,9 +129,13 @@ class ScriptedPickLift:
     def __call__(self, t: float) -> np.ndarray:
         """``[14]`` joint command at time ``t`` seconds after reset (held after ``duration``)."""
         keys = self._keys
+        cmd: np.ndarray
         if t <= keys[0][0]:
-            return keys[0][1].copy()
+            cmd = keys[0][1].copy()
+            return cmd
         for (t0, a), (t1, b) in itertools.pairwise(keys):
             if t < t1:
-                return a + (b - a) * _smoothstep((t - t0) / (t1 - t0))
-        return keys[-1][1].copy()
+                cmd = a + (b - a) * _smoothstep((t - t0) / (t1 - t0))
+                return cmd
+        cmd = keys[-1][1].copy()
+        return cmd
