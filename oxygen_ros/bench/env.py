@@ -69,7 +69,7 @@ def environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "mkldnn": torch.backends.mkldnn.is_available(),  # type: ignore[no-untyped-call]  # unannotated in torch
+        "mkldnn": torch.backends.mkldnn.is_available(),
         "versions": {
             d: _version(d)
             for d in ("torch", "numpy", "transformers", "safetensors", "tokenizers", "matplotlib", "tqdm", "oxygen_ros")
@@ -83,7 +83,7 @@ def environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         env.update(
             gpu_memory_gb=round(props.total_memory / 2**30, 1),
             gpu_capability=f"{props.major}.{props.minor}",
-            cudnn=torch.backends.cudnn.version(),  # type: ignore[no-untyped-call]  # unannotated in torch
+            cudnn=torch.backends.cudnn.version(),
             gpu_count=torch.cuda.device_count(),
         )
     return env

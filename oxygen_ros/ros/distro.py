@@ -52,7 +52,7 @@ def close_context(
 def events_executor() -> Callable[..., Executor] | None:
     """rclpy's C++ ``EventsExecutor`` class where this rclpy has it (Jazzy 7.1 and Kilted), else None."""
     try:
-        from rclpy.experimental import EventsExecutor  # type: ignore[attr-defined]  # re-exported without __all__
+        from rclpy.experimental import EventsExecutor
     except ImportError:
         return None
     return EventsExecutor

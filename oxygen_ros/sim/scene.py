@@ -60,7 +60,7 @@ def _make_task_class() -> type:
     """gym-aloha's transfer-cube task with an observation that renders nothing (renders are ours)."""
     from gym_aloha.tasks.sim import TransferCubeTask
 
-    class _NoRenderTransferCube(TransferCubeTask):  # type: ignore[misc]  # gym_aloha is untyped: an Any base
+    class _NoRenderTransferCube(TransferCubeTask):
         def get_observation(self, physics: Any) -> collections.OrderedDict[str, Any]:
             obs: collections.OrderedDict[str, Any] = collections.OrderedDict()
             obs["qpos"] = self.get_qpos(physics)
