@@ -27,6 +27,7 @@ state`` → flip → gripper from angular → robot command.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -260,7 +261,7 @@ class ActionSpace:
         Raises:
             ValueError: wrong shapes.
         """
-        a = self._check(commands, "commands", 2).copy()
+        a: np.ndarray = self._check(commands, "commands", 2).copy()
         st = self._check(state, "state", 2, state=True)
         if a.shape[0] != st.shape[0]:
             raise ValueError(f"commands ({a.shape[0]}) and states ({st.shape[0]}) differ in length")
@@ -272,7 +273,9 @@ class ActionSpace:
         return a
 
 
-def checkpoint_convention(raw_config: dict, processor_steps: list[dict] | None = None) -> dict | None:
+def checkpoint_convention(
+    raw_config: dict[str, Any], processor_steps: list[dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """The action convention a LeRobot checkpoint states about itself, or None if it states none.
 
     Reads ``config.json`` (``use_relative_actions``, ``relative_exclude_joints``,
@@ -303,7 +306,7 @@ def checkpoint_convention(raw_config: dict, processor_steps: list[dict] | None =
     return {"relative": rel, "exclude": exclude, "action_names": list(names) if names else None, "source": src}
 
 
-def check_against_checkpoint(space: ActionSpace, convention: dict | None, where: str) -> None:
+def check_against_checkpoint(space: ActionSpace, convention: dict[str, Any] | None, where: str) -> None:
     """Raise unless the configured action space is the one the checkpoint states.
 
     LeRobot's rule for the relative mask (``RelativeActionsProcessorStep._build_mask``): a dim is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,7 +219,7 @@ def _pi05_tiny() -> ModelConfig:
     )
 
 
-PRESETS: dict[str, Any] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
+PRESETS: dict[str, Callable[[], ModelConfig]] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
 
 
 def get_preset(name: str) -> ModelConfig:

@@ -80,7 +80,8 @@ class IncrementalDetokenizer:
         return held
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False)
+        text: str = self._tok.decode(ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False)
+        return text
 
     def push(self, token_id: int) -> str:
         """Add one generated token; return the new complete text (often ``""``).

@@ -12,9 +12,13 @@ parameter changes they cannot apply while active.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from .config import ConfigError, EngineConfig, TaskConfig
 from .rtc.config import RTCConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["LIVE_ENGINE_FIELDS", "LIVE_RTC_FIELDS", "LIVE_TASK_FIELDS", "live_configs", "not_live"]
 
@@ -51,7 +55,7 @@ LIVE_RTC_FIELDS = frozenset(
 )
 
 
-def not_live(old: object, new: object, live: frozenset[str], prefix: str) -> list[str]:
+def not_live(old: DataclassInstance, new: DataclassInstance, live: frozenset[str], prefix: str) -> list[str]:
     """Names (``prefix`` + field) of the dataclass fields that differ between ``old`` and ``new``
     and are not in ``live``."""
     return [
@@ -107,7 +111,7 @@ def live_configs(
     return new_engine.validate(), new_rtc.validate()
 
 
-def replace_task(cfg: EngineConfig, name: str, **changes: object) -> EngineConfig:
+def replace_task(cfg: EngineConfig, name: str, **changes: Any) -> EngineConfig:
     """``cfg`` with task ``name``'s fields replaced.
 
     Raises:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from .config import ModelConfig, get_preset
 from .model.flow import euler_times
@@ -66,7 +68,12 @@ class Pi05Policy:
     """Model + tokenizer + normalisation stats: observation in, actions / text out."""
 
     def __init__(
-        self, model: Pi05Model, tokenizer, norm_stats: dict[str, NormStats], *, prompt_overflow: str = "error"
+        self,
+        model: Pi05Model,
+        tokenizer: PreTrainedTokenizerBase,
+        norm_stats: dict[str, NormStats],
+        *,
+        prompt_overflow: str = "error",
     ) -> None:
         self.model = model.eval()
         self.cfg: ModelConfig = model.cfg
@@ -86,14 +93,14 @@ class Pi05Policy:
     @classmethod
     def from_pretrained(
         cls,
-        path_or_preset: str | os.PathLike,
+        path_or_preset: str | os.PathLike[str],
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
         *,
         seed: int = 0,
         robot_dim: int = 14,
         prompt_overflow: str = "error",
-        config_overrides: dict | None = None,
+        config_overrides: dict[str, Any] | None = None,
     ) -> Pi05Policy:
         """Load a checkpoint folder (openpi or LeRobot layout) or build a random-weight preset.
 
@@ -304,5 +311,6 @@ class Pi05Policy:
             ids = torch.tensor([[tok[0]]], dtype=torch.long)
             valid = torch.ones_like(ids, dtype=torch.bool)
             logits = m.decode_step(cache.extend_view(valid.to(m.device)), ids, valid)
-        text = self.tokenizer.decode(out, skip_special_tokens=True)
+        # a flat id list decodes to one string (transformers types decode as ``str | list[str]``)
+        text = cast(str, self.tokenizer.decode(out, skip_special_tokens=True))
         return Generation(text=text, token_ids=out, finish_reason=reason)

@@ -203,7 +203,7 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         single="<bos> $A", pair="<bos> $A $B:1", special_tokens=[("<bos>", 2)]
     )
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (*SPECIAL_TOKENS, *unused)])
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: TokenizersBackend.__init__ unannotated
         tokenizer_object=tok,
         pad_token="<pad>",
         eos_token="<eos>",
@@ -213,7 +213,7 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     )
 
 
-def save_tokenizer(tok: PreTrainedTokenizerBase, folder: str | os.PathLike) -> list[str]:
+def save_tokenizer(tok: PreTrainedTokenizerBase, folder: str | os.PathLike[str]) -> list[str]:
     """Write ``tok`` into ``folder`` (``tokenizer.json`` + ``tokenizer_config.json``); return the files."""
     Path(folder).mkdir(parents=True, exist_ok=True)
     return [str(p) for p in tok.save_pretrained(str(folder))]
@@ -232,15 +232,19 @@ def _load(root: Path, path: Path) -> PreTrainedTokenizerBase:
             return AutoTokenizer.from_pretrained(str(root), local_files_only=True, trust_remote_code=False)
         vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
         named = {f"{k}_token": t for k, t in zip(("pad", "eos", "bos", "unk"), SPECIAL_TOKENS) if t in vocab}
-        return PreTrainedTokenizerFast(tokenizer_file=str(path), clean_up_tokenization_spaces=False, **named)
+        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: TokenizersBackend.__init__ unannotated
+            tokenizer_file=str(path), clean_up_tokenization_spaces=False, **named
+        )
     if path.name == "tokenizer.model":
-        return GemmaTokenizer.from_pretrained(str(root), local_files_only=True)
+        spm: PreTrainedTokenizerBase = GemmaTokenizer.from_pretrained(str(root), local_files_only=True)
+        return spm
     with tempfile.TemporaryDirectory() as tmp:  # transformers looks for "tokenizer.model"
         shutil.copyfile(path, Path(tmp) / "tokenizer.model")
-        return GemmaTokenizer.from_pretrained(tmp, local_files_only=True)
+        spm = GemmaTokenizer.from_pretrained(tmp, local_files_only=True)
+        return spm
 
 
-def load_tokenizer(folder: str | os.PathLike, vocab_size: int | None = None) -> PreTrainedTokenizerBase:
+def load_tokenizer(folder: str | os.PathLike[str], vocab_size: int | None = None) -> PreTrainedTokenizerBase:
     """Load the tokenizer stored in a checkpoint folder (offline; never touches the hub, never runs
     code from the folder).
 

@@ -19,6 +19,10 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Concatenate, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class PoolExhausted(RuntimeError):
@@ -29,11 +33,11 @@ class BlockPoolError(RuntimeError):
     """Invariant violation: double free, unknown block, bad reference count."""
 
 
-def _locked(method: Callable) -> Callable:
+def _locked(method: Callable[Concatenate[BlockPool, _P], _R]) -> Callable[Concatenate[BlockPool, _P], _R]:
     """Run a :class:`BlockPool` method under the pool's lock."""
 
     @functools.wraps(method)
-    def run(self: BlockPool, *args, **kwargs):
+    def run(self: BlockPool, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self.lock:
             return method(self, *args, **kwargs)
 

@@ -88,7 +88,7 @@ def paged_block_mask(block_size: int, kv_num: Tensor, kv_idx: Tensor, p2l: Tenso
     """
     bs = block_size
 
-    def mask_mod(bi, hi, qi, kv):
+    def mask_mod(bi: Tensor, hi: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
         lb = p2l[bi, kv // bs]
         s = lb * bs + kv % bs
         return (lb >= 0) & logical_allowed(s, meta[bi, 0], meta[bi, 1], meta[bi, 2])

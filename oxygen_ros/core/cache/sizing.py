@@ -198,7 +198,10 @@ def size_for(cfg: EngineConfig, model: ModelConfig, dtype: torch.dtype, device: 
     rate = asked + sum(1.0 / t.every_n_frames for t in cfg.tasks if t.every_n_frames)
     k = cfg.tokens_per_frame if cfg.decode_budget == "fixed" else max(cfg.min_decode_steps, 1)
     in_flight, frames = in_flight_requests(rate, max(longest, 1), k, cfg.mode == "unified")
-    blocks_for = lambda n: -(-n // cfg.block_size)  # noqa: E731
+
+    def blocks_for(n: int) -> int:
+        return -(-n // cfg.block_size)
+
     try:
         return plan_pool(
             bytes_per_block=bytes_per_block,

@@ -80,7 +80,7 @@ def _graphs_compiled() -> int | None:
     return counters["stats"]["unique_graphs"]
 
 
-def _describe(args: tuple) -> str:
+def _describe(args: tuple[Any, ...]) -> str:
     """Short description of a call's inputs for a recompile log line: tensor shapes and flags."""
     out = []
     for a in args:
@@ -122,6 +122,8 @@ class Stage:
         # CUDA graph trees (reduce-overhead / max-autotune on CUDA) reuse output memory on the next
         # replay: every call starts a new step, and callers copy what they keep (runner docs).
         self._graphs = cuda and mode in ("reduce-overhead", "max-autotune")
+        self._compiled: Callable[..., Any] | None
+        self._code: types.CodeType | None
         if mode == "none":
             self._compiled = None
             self._code = None
@@ -149,13 +151,14 @@ class Stage:
     def __call__(self, *args: Any) -> Any:
         if not self.compiled:
             return self.eager(*args)
+        assert self._compiled is not None  # self.compiled
         if self._graphs:
-            torch.compiler.cudagraph_mark_step_begin()
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # torch: unannotated
         out = self._compiled(*args)
         self._watch(args)
         return out
 
-    def _watch(self, args: tuple) -> None:
+    def _watch(self, args: tuple[Any, ...]) -> None:
         """Count graphs added since the last call: after :meth:`seal` each is a recompile (logged
         with the inputs); past the budget the stage falls back to eager for good, before dynamo's
         own limit would make it run eagerly unannounced."""
@@ -216,7 +219,9 @@ def warmup_observations(policy: Any, frames: int, cameras: list[int] | None, sta
     size = policy.cfg.vision.image_size
     state = np.zeros(policy.normalizer.state_dim, np.float32)
     counts = cameras or list(range(1, len(slots) + 1))
-    blanks = [{s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts]
+    blanks: list[dict[str, np.ndarray | None]] = [
+        {s: np.zeros((size, size, 3), np.uint8) for s in slots[:n]} for n in counts
+    ]
     if not static:
         blanks = blanks[-1:]
     return [

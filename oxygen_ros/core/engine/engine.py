@@ -353,6 +353,7 @@ class Engine:
         if g.fault:
             act.error = self._drop("observation", f"failed in observation: {g.fault.error}")
             return
+        assert act.enc is not None  # no fault: encode_observation returned
         table = self._prefix_table(act.enc.prefix_len)
         with self.streams.action():
             with self.faults.guard("prefill") as g:
@@ -365,6 +366,7 @@ class Engine:
                 act.enc = None  # nothing starts on a frame without a prefix
                 act.error = self._drop("action chunk", f"failed in prefill: {g.fault.error}")
                 return
+            assert act.prefix is not None  # no fault: prefill_new returned
             act.action, act.error = self._denoise(inp, act.prefix, fid, m)  # the chunk reaches the host
             c2 = self.clock.mark()
         if self.streams.cuda and not self.streams.host_sync:  # events; vision is inside the prefill events
@@ -383,6 +385,7 @@ class Engine:
         """Guarded denoise over the frame's prefix: the chunk, or ``None`` and the drop reason."""
         t1 = time.perf_counter()
         obs = inp.obs
+        assert obs is not None  # _action denoises only a frame with an observation
         action, error = None, None
         with self.faults.guard("denoise") as g:
             try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import traceback
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -66,7 +67,9 @@ class _Guard:
     def __enter__(self) -> _Guard:
         return self
 
-    def __exit__(self, et, exc, tb) -> bool:
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
+    ) -> bool:
         if exc is None or not isinstance(exc, Exception):
             return False
         self.fault = self.log.record(self.stage, exc, self.request_ids)

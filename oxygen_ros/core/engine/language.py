@@ -185,6 +185,7 @@ class LanguageStage:
             self._fail_running(e)
         finally:
             if held:
+                assert f.prefix is not None  # held only while the frame has one
                 self.runner.pool.blocks.free(f.prefix.blocks, self.streams.fence())
         self._finish(out, plan, t0)
         return out
@@ -228,7 +229,8 @@ class LanguageStage:
         contained as stage ``start``: the admitted requests end FAILED and release their blocks."""
         t = time.perf_counter()
         staged = out.vision + out.prefill + out.decode  # model time inside is not "start"
-        cfg, prefix = f.cfg, f.prefix
+        cfg, prefix, enc = f.cfg, f.prefix, f.enc
+        assert prefix is not None and enc is not None  # run() starts only on a prefix (step() keeps it with its enc)
         self.book.prepare_prompts(cfg, f.instruction or "")
         admitted, rejected = self.scheduler.plan_admission(cfg, plan, prefix.length)
         self.book.rejected(rejected)
@@ -236,7 +238,7 @@ class LanguageStage:
             with self.faults.guard("start", [r.id for r in admitted]) as g:
                 for r in admitted:
                     if cfg.mode == "isolated" or r.prefix_ids:  # a private prefix (own-prefix task: its prompt)
-                        own = self.runner.prefill_new(task_prefix(f.enc, r.prefix_ids), prefix.frame_id)
+                        own = self.runner.prefill_new(task_prefix(enc, r.prefix_ids), prefix.frame_id)
                         out.vision += own.stage_times["vision"]
                         out.prefill += own.stage_times["prefill"]
                         self.book.attach(r, own, shared=False)

@@ -199,6 +199,7 @@ class RequestBook:
         the admitting frame's ``instruction``; one that cannot be built ends now with the reason."""
         for r in [r for r in self.scheduler.queue if not r.prompt_ready]:
             prompt = self.prompt_of(cfg, r.task, r.text, instruction)
+            assert prompt is not None  # an instruction is given and a queued request's text is a str
             r.prompt, r.prompt_ids, r.prefix_ids, r.prompt_ready = (
                 prompt.text,
                 list(prompt.ids),
@@ -258,7 +259,7 @@ class RequestBook:
         if t == eos or t in r.stop_ids:
             self._finish(r, "eos" if t == eos else "stop")
             return
-        piece = r.state.detok.push(t)
+        piece = r.running_state.detok.push(t)
         r.output_ids.append(t)
         self.tokens_this_frame += 1
         if piece:
@@ -278,7 +279,7 @@ class RequestBook:
                 self._end(r, RequestStatus.FAILED, reason)
 
     def _finish(self, r: LanguageRequest, reason: str) -> None:
-        rest = r.state.detok.flush()
+        rest = r.running_state.detok.flush()
         r.output_text += rest
         self._deltas.append(TextDelta(r.id, r.task, rest, r.frame_id, finished=True))
         self._end(r, RequestStatus.FINISHED, reason)
@@ -321,7 +322,7 @@ class RequestBook:
         expected = [0] * blocks.num_blocks
         for r in self.scheduler.running:
             if not r.status.terminal:
-                for b in r.state.block_row():
+                for b in r.running_state.block_row():
                     expected[b] += 1
         actual = [blocks.refcount(b) for b in range(blocks.num_blocks)]
         assert expected == actual, "KV block references do not match the running requests"

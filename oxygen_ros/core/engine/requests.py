@@ -61,7 +61,7 @@ class RequestCounts:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, Counter] = {}
+        self._counts: dict[str, Counter[str]] = {}
 
     def submitted(self, task: str) -> None:
         """Count one accepted request of ``task``."""
@@ -164,6 +164,12 @@ class LanguageRequest:
     def remaining(self) -> int:
         """Tokens it may still emit."""
         return self.max_new_tokens - len(self.output_ids)
+
+    @property
+    def running_state(self) -> RequestState:
+        """``state`` of a request that holds one (attached at admission, dropped when it ends)."""
+        assert self.state is not None, f"request {self.id} holds no KV state"
+        return self.state
 
 
 @dataclass

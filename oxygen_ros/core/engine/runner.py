@@ -245,7 +245,7 @@ class Runner:
     # ------------------------------------------------------------------ text
     def _extend_view(self, reqs: list[LanguageRequest], counts: list[int], valid: torch.Tensor) -> PagedExtendView:
         """View appending ``counts[i]`` tokens to request ``i`` (claims the slots in its table)."""
-        states = [r.state for r in reqs]
+        states = [r.running_state for r in reqs]
         past_slots = [st.prefix.slots + st.table.slots for st in states]
         new_slots = [st.table.append(n) for st, n in zip(states, counts)]  # within the reserved blocks
         return PagedExtendView.from_lists(self.pool, past_slots, new_slots, valid)
@@ -291,12 +291,12 @@ class Runner:
             for r, t, ok in zip(with_prompt, *self._sample(with_prompt, logits)):
                 toks[r.id] = (t, ok)
         if without:
-            hidden = torch.cat([r.state.prefix.last_hidden for r in without], 0)
+            hidden = torch.cat([r.running_state.prefix.last_hidden for r in without], 0)
             for r, t, ok in zip(without, *self._sample(without, self.model.logits(hidden))):
                 toks[r.id] = (t, ok)
         return [toks[r.id][0] for r in reqs], [toks[r.id][1] for r in reqs]
 
-    def decode_args(self, batch: DecodeBatch) -> tuple:
+    def decode_args(self, batch: DecodeBatch) -> tuple[object, ...]:
         """Arguments of the decode stage for ``batch`` (greedy-only shortcut only when eager, so
         a compiled decode has one graph per bucket)."""
         return (
@@ -316,7 +316,7 @@ class Runner:
         One host transfer of the ``B`` sampled ids. A compiled step that yields more non-finite
         rows than the eager step is replaced by eager for good (:meth:`~.compiled.Stage.checked`).
         """
-        states = [r.state for r in reqs]
+        states = [r.running_state for r in reqs]
         batch = self.buffers.decode_batch(reqs, states)
         for st in states:
             st.table.advance(1)  # within the blocks reserved at admission

@@ -61,8 +61,9 @@ class DecodeBatch:
         """Padded batch size (the bucket)."""
         return int(self.ids.shape[0])
 
-    def tensors(self) -> tuple[Tensor, ...]:
-        """The step's tensors in the order the step function takes them."""
+    def tensors(self) -> tuple[Tensor | None, ...]:
+        """The step's tensors in the order the step function takes them (the four FlexAttention
+        inputs are ``None`` when the buffers are not ``flex``)."""
         return (
             self.ids,
             self.tables,
@@ -117,7 +118,7 @@ class StepBuffers:
         self._dev_i = torch.zeros_like(self._host_i, device=device)
         self._dev_f = torch.zeros_like(self._host_f, device=device)
         self.flex = flex
-        self._flex_key: tuple | None = None
+        self._flex_key: tuple[int, tuple[int, ...]] | None = None  # (bucket, request ids)
         if flex:
             nb = null_block + 1
             self._host_m = torch.zeros(cap, 1 + nb, dtype=torch.int32, pin_memory=pin)

@@ -67,7 +67,7 @@ def prefill_prefix(
     """
     embeds = torch.cat([image_tokens, model.vlm.embed(token_ids).to(image_tokens.dtype)], dim=1)
     view = _BucketPrefillView(KVTensors(pool_k, pool_v, block_size), slots, n_valid, padded)
-    h = model.runner([model.vlm], [embeds], [None], view)[0]
+    h: Tensor = model.runner([model.vlm], [embeds], [None], view)[0]
     return h.index_select(1, (n_valid - 1).clamp_min(0))[:, 0]
 
 
@@ -164,7 +164,10 @@ def decode_tokens(
         ``[B]`` int64 next tokens (``-1``: non-finite distribution).
     """
     pool = KVTensors(pool_k, pool_v, block_size)
+    view: ViewBase
     if flex:
+        # StepBuffers builds the FlexAttention index whenever the step is flex.
+        assert kv_num is not None and kv_idx is not None and p2l is not None and meta is not None
         view = BlockTableFlexView(pool, tables, (kv_num, kv_idx, p2l, meta), prefix_len, aligned, pos)
     else:
         view = BlockTableGatherView(pool, tables, prefix_len, aligned, pos)

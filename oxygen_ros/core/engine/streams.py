@@ -33,8 +33,19 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import torch
+
+
+def _cuda_stream(device: torch.device, priority: int) -> torch.cuda.Stream:
+    """A new CUDA stream on ``device`` with ``priority``."""
+    return torch.cuda.Stream(device=device, priority=priority)  # type: ignore[no-untyped-call]  # torch: Stream.__new__ unannotated
+
+
+def _cuda_event(enable_timing: bool = False) -> torch.cuda.Event:
+    """A new CUDA event (``enable_timing`` for :class:`StageClock`)."""
+    return torch.cuda.Event(enable_timing=enable_timing)  # type: ignore[no-untyped-call]  # torch: Event.__new__ unannotated
 
 
 class Lane:
@@ -96,15 +107,20 @@ class DeviceStreams:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.host_sync = host_sync
+        self.action_stream: torch.cuda.Stream | None = None
+        self.decode_stream: torch.cuda.Stream | None = None
         if self.cuda:
-            low, high = torch.cuda.Stream.priority_range()
-            self.action_stream = torch.cuda.Stream(device=self.device, priority=high)
-            self.decode_stream = torch.cuda.Stream(device=self.device, priority=low)
-        else:
-            self.action_stream = self.decode_stream = None
+            low, high = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]  # torch stub: a staticmethod typed as a method
+            self.action_stream = _cuda_stream(self.device, high)
+            self.decode_stream = _cuda_stream(self.device, low)
         self.action_lane = Lane("action", self.action_stream)
         self.decode_lane = Lane("decode", self.decode_stream)
         self.wait_default()
+
+    def _streams(self) -> tuple[torch.cuda.Stream, torch.cuda.Stream]:
+        """The ``(action, decode)`` CUDA streams; only on a GPU (``self.cuda``), where both exist."""
+        assert self.action_stream is not None and self.decode_stream is not None
+        return self.action_stream, self.decode_stream
 
     # ------------------------------------------------------------------ start-up / ordering
     def wait_default(self) -> None:
@@ -113,8 +129,9 @@ class DeviceStreams:
         state on the default stream. No-op on the CPU."""
         if self.cuda:
             default = torch.cuda.default_stream(self.device)
-            self.action_stream.wait_stream(default)
-            self.decode_stream.wait_stream(default)
+            action_stream, decode_stream = self._streams()
+            action_stream.wait_stream(default)
+            decode_stream.wait_stream(default)
 
     @contextlib.contextmanager
     def _unit(self, lane: Lane) -> Iterator[None]:
@@ -142,10 +159,11 @@ class DeviceStreams:
                 without blocking the host; ``None``: no extra wait (stream order suffices).
         """
         if self.cuda:
+            action_stream, decode_stream = self._streams()
             if isinstance(after, str) and after == "action":
-                self.decode_stream.wait_stream(self.action_stream)
+                decode_stream.wait_stream(action_stream)
             elif isinstance(after, torch.cuda.Event):
-                self.decode_stream.wait_event(after)
+                decode_stream.wait_event(after)
         return self._unit(self.decode_lane)
 
     def event(self) -> torch.cuda.Event | None:
@@ -153,7 +171,7 @@ class DeviceStreams:
         the CPU, where work is complete when the call returns."""
         if not self.cuda:
             return None
-        ev = torch.cuda.Event()
+        ev = _cuda_event()
         ev.record(torch.cuda.current_stream(self.device))
         return ev
 
@@ -168,7 +186,8 @@ class DeviceStreams:
         if to not in ("action", "decode"):
             raise ValueError(f"unknown lane {to!r}; expected 'action' or 'decode'")
         if self.cuda and tensor is not None and tensor.is_cuda:
-            tensor.record_stream(self.action_stream if to == "action" else self.decode_stream)
+            action_stream, decode_stream = self._streams()
+            tensor.record_stream(action_stream if to == "action" else decode_stream)
 
     # ------------------------------------------------------------------ sync / fences
     def sync(self) -> None:
@@ -177,7 +196,7 @@ class DeviceStreams:
         if self.cuda and self.host_sync:
             torch.cuda.current_stream(self.device).synchronize()
 
-    def fence(self) -> object | None:
+    def fence(self) -> tuple[torch.cuda.Event, torch.cuda.Event] | HostFence | None:
         """A marker after which blocks released now may be reused.
 
         CUDA: one event recorded on each stream's current position (every lane that could have
@@ -185,9 +204,10 @@ class DeviceStreams:
         ``None`` when there are none (the releasing thread's own work is already complete).
         """
         if self.cuda:
-            ev_a, ev_d = torch.cuda.Event(), torch.cuda.Event()
-            ev_a.record(self.action_stream)
-            ev_d.record(self.decode_stream)
+            action_stream, decode_stream = self._streams()
+            ev_a, ev_d = _cuda_event(), _cuda_event()
+            ev_a.record(action_stream)
+            ev_d.record(decode_stream)
             return (ev_a, ev_d)
         me = threading.get_ident()
         marks = [
@@ -204,7 +224,9 @@ class DeviceStreams:
             return True
         if isinstance(fence, HostFence):
             return fence.query()
-        return all(ev.query() for ev in fence)  # type: ignore[union-attr]
+        # The pool keeps fences opaque (``object``); any other fence is :meth:`fence`'s CUDA pair.
+        events = cast("tuple[torch.cuda.Event, torch.cuda.Event]", fence)
+        return all(ev.query() for ev in events)  # type: ignore[no-untyped-call]  # torch: Event.query unannotated
 
 
 class StageClock:
@@ -219,16 +241,19 @@ class StageClock:
         """A timestamp on the current stream (an event) or of the host (seconds)."""
         if not self.cuda:
             return time.perf_counter()
-        ev = torch.cuda.Event(enable_timing=True)
+        ev = _cuda_event(enable_timing=True)
         ev.record()
         return ev
 
     def seconds(self, a: object, b: object) -> float:
         """Seconds from mark ``a`` to mark ``b`` (both on the same stream)."""
+        # Marks are opaque (``object``): :meth:`mark` made both, a float on the CPU, an event on a GPU.
         if not self.cuda:
-            return float(b) - float(a)  # type: ignore[arg-type]
-        b.synchronize()  # type: ignore[union-attr]  # already complete where the docstring is followed
-        return a.elapsed_time(b) / 1000.0  # type: ignore[union-attr]
+            return float(cast(float, b)) - float(cast(float, a))
+        start, end = cast(torch.cuda.Event, a), cast(torch.cuda.Event, b)
+        end.synchronize()  # already complete where the docstring is followed
+        ms: float = start.elapsed_time(end)
+        return ms / 1000.0
 
 
 __all__ = ["DeviceStreams", "HostFence", "Lane", "StageClock"]

@@ -272,7 +272,8 @@ def resolve_config(
             raise CheckpointError(f"{ox}: {e}") from e
         check_bounds(cfg, str(ox))
         return cfg, OXYGEN_CONFIG, raw, []
-    cfg, unresolved = base, []
+    cfg = base
+    unresolved: list[str] = []
     if shapes:
         cfg, _changes, unresolved = config_from_shapes(base, shapes, layout)
         check_bounds(cfg, f"{folder}: the weights' tensor shapes")

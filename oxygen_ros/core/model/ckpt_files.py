@@ -53,7 +53,7 @@ MAX_STATS_DIM = 1024
 FLOAT_DTYPES: tuple[str, ...] = ("F32", "BF16", "F16", "F64")
 
 
-def checkpoint_folder(path_or_preset: str | Path) -> Path | None:
+def checkpoint_folder(path_or_preset: str | os.PathLike[str]) -> Path | None:
     """The checkpoint folder ``path_or_preset`` names, or ``None`` for a model preset name.
 
     A folder wins over a preset of the same name. Anything else is an error, so that a mistyped
@@ -184,7 +184,7 @@ def pipeline_steps(path: Path) -> list[dict[str, Any]]:
         CheckpointError: naming the file and the step: not JSON, ``steps`` not a list, a step of
             the wrong type.
     """
-    steps = json_field(read_json(path), "steps", "list", str(path), [])
+    steps: list[dict[str, Any]] = json_field(read_json(path), "steps", "list", str(path), [])
     for i, step in enumerate(steps):
         where = f"{path} steps[{i}]"
         if not isinstance(step, dict):
@@ -194,7 +194,7 @@ def pipeline_steps(path: Path) -> list[dict[str, Any]]:
     return steps
 
 
-def _step_file(folder: Path, pipeline: str, registry: str, fallback: str) -> tuple[Path | None, dict]:
+def _step_file(folder: Path, pipeline: str, registry: str, fallback: str) -> tuple[Path | None, dict[str, Any]]:
     """(state file, step config) of the first ``registry`` step of a LeRobot pipeline json."""
     pj = folder / pipeline
     if not pj.is_file():

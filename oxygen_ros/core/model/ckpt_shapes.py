@@ -125,7 +125,7 @@ def _finite(t: torch.Tensor) -> bool:
     if t.device.type != "cpu":
         lo, hi = torch.aminmax(t)
         return bool(torch.isfinite(lo) & torch.isfinite(hi))
-    for chunk in t.reshape(-1).split(1 << 24):
+    for chunk in t.reshape(-1).split(1 << 24):  # type: ignore[no-untyped-call]  # torch: Tensor.split unannotated
         if chunk.dtype == torch.bfloat16:
             if np.bitwise_and(chunk.view(torch.int16).numpy(), 0x7F80).max() == 0x7F80:
                 return False
@@ -142,7 +142,7 @@ def read_finite(f: Any, path: Path, key: str, device: torch.device, dtype: torch
         CheckpointError: naming the file, the key and how many values are NaN / ±inf, or that the
             conversion to ``dtype`` overflowed (e.g. float32 values beyond float16's 65504).
     """
-    raw = f.get_tensor(key)
+    raw: torch.Tensor = f.get_tensor(key)
     t = raw.to(device=device, dtype=dtype)
     if _finite(t):
         return t

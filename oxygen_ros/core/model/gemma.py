@@ -10,6 +10,7 @@ over a cached prefix (denoise). Follows openpi ``models_pytorch/gemma_pytorch.py
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -41,8 +42,12 @@ class GemmaStack(nn.Module):
     def embed(self, token_ids: Tensor) -> Tensor:
         """Token ids ``[B, T]`` → embeddings ``[B, T, width]`` scaled by ``sqrt(width)`` (Gemma)."""
         assert self.embed_tokens is not None, "this stack has no token embedding"
-        e = self.embed_tokens(token_ids)
+        e: Tensor = self.embed_tokens(token_ids)
         return e * torch.tensor(math.sqrt(self.cfg.width), dtype=e.dtype)
+
+    def layer(self, i: int) -> MoTLayer:
+        """Layer ``i`` (``layers`` is a ``ModuleList``: its items are typed ``Module``)."""
+        return cast(MoTLayer, self.layers[i])
 
 
 class MoTRunner(nn.Module):
@@ -73,10 +78,14 @@ class MoTRunner(nn.Module):
         for li in range(depth):
             qs, ks, vs, gates, resid = [], [], [], [], []
             for stack, h, c in zip(stacks, hiddens, conds):
-                layer = stack.layers[li]
+                layer = stack.layer(li)
                 n, g = layer.input_layernorm(h, c)
                 q, k, v = layer.self_attn.qkv(n)
-                qs.append(q), ks.append(k), vs.append(v), gates.append(g), resid.append(h)
+                qs.append(q)
+                ks.append(k)
+                vs.append(v)
+                gates.append(g)
+                resid.append(h)
             q = torch.cat(qs, 1) if len(qs) > 1 else qs[0]
             k = torch.cat(ks, 1) if len(ks) > 1 else ks[0]
             v = torch.cat(vs, 1) if len(vs) > 1 else vs[0]
@@ -85,7 +94,7 @@ class MoTRunner(nn.Module):
             new_hiddens = []
             start = 0
             for stack, c, g, h0, n_tok in zip(stacks, conds, gates, resid, lens):
-                layer = stack.layers[li]
+                layer = stack.layer(li)
                 a = out[:, start : start + n_tok].to(layer.self_attn.o_proj.weight.dtype)
                 start += n_tok
                 h = gated_residual(h0, layer.self_attn.o_proj(a), g)

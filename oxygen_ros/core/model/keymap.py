@@ -26,6 +26,7 @@ dropped around 5.2x); checkpoints always have it, and a checkpoint key without i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from ..untrusted import CheckpointError
@@ -115,7 +116,7 @@ def ckpt_to_own(ckpt_key: str, layout: str, own_vision_level: bool) -> str | Non
     return None
 
 
-def has_vision_level(own_keys: list[str] | set[str]) -> bool:
+def has_vision_level(own_keys: Iterable[str]) -> bool:
     """True when the own vision-tower keys carry the ``vision_model.`` level."""
     return any(k.startswith("vision.tower." + VISION_LEVEL) for k in own_keys)
 

@@ -60,7 +60,7 @@ class ViewBase:
     _rope: tuple[Tensor, Tensor] | None = None
     _mask: Tensor | None = None
 
-    def rope(self, rotary, x: Tensor) -> tuple[Tensor, Tensor]:
+    def rope(self, rotary: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], x: Tensor) -> tuple[Tensor, Tensor]:
         if self._rope is None:
             self._rope = rotary(x, self.positions)
         return self._rope

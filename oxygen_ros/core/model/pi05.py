@@ -64,12 +64,12 @@ class Pi05Model(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         """Compute dtype (that of the VLM projections)."""
-        return self.vlm.layers[0].self_attn.q_proj.weight.dtype
+        return self.vlm.layer(0).self_attn.q_proj.weight.dtype
 
     @property
     def device(self) -> torch.device:
         """Device of the parameters."""
-        return self.vlm.layers[0].self_attn.q_proj.weight.device
+        return self.vlm.layer(0).self_attn.q_proj.weight.device
 
     # ------------------------------------------------------------------ prefix
     def embed_images(self, pixels: Tensor, image_masks: Tensor) -> Tensor:
@@ -124,12 +124,13 @@ class Pi05Model(nn.Module):
         Returns:
             ``[B, W]`` final-norm hidden state of each row's last valid token.
         """
-        h = self.runner([self.vlm], [embeds], [None], view)[0]
+        h: Tensor = self.runner([self.vlm], [embeds], [None], view)[0]
         last = (valid.long().sum(-1) - 1).clamp_min(0)
         return h[torch.arange(h.shape[0], device=h.device), last]
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Tied LM head: ``[..., W]`` → ``[..., vocab]`` float32 logits."""
+        assert self.vlm.embed_tokens is not None  # the VLM stack has the (tied) token embedding
         w = self.vlm.embed_tokens.weight
         return F.linear(hidden.to(w.dtype), w).float()
 
@@ -155,9 +156,12 @@ class Pi05Model(nn.Module):
         """
         w = self.action_in_proj.weight
         emb = self.action_in_proj(x_t.to(device=w.device, dtype=w.dtype))
-        cond = self.time_condition(t) if cond is None else cond
+        if cond is None:
+            assert t is not None, "denoise_step needs t when no cond is given"
+            cond = self.time_condition(t)
         out = self.runner([self.expert], [emb], [cond], view)[0]
-        return self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
+        velocity: Tensor = self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
+        return velocity
 
     def sample_actions(self, view: AttentionView, noise: Tensor, num_steps: int) -> Tensor:
         """Euler-integrate the flow from ``noise`` ``[B, H, action_dim]`` over ``num_steps``
@@ -213,4 +217,5 @@ class Pi05Model(nn.Module):
         out = self.runner(
             [self.vlm, self.expert], [prefix_embeds, emb], [None, self.time_condition(t)], SelfView(positions, allowed)
         )[1]
-        return self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
+        velocity: Tensor = self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
+        return velocity

@@ -7,15 +7,18 @@ as in openpi's ``embed_prefix`` and big_vision PaliGemma.
 
 from __future__ import annotations
 
+from typing import cast
+
 from torch import Tensor, nn
 from transformers import SiglipVisionConfig, SiglipVisionModel
+from transformers.models.siglip.modeling_siglip import SiglipVisionTransformer
 
 from ..config import VisionConfig
 
 
 def build_vision_tower(cfg: VisionConfig) -> SiglipVisionModel:
     """A randomly initialised transformers ``SiglipVisionModel`` for ``cfg`` (no pooling head)."""
-    hf = SiglipVisionConfig(
+    hf = SiglipVisionConfig(  # type: ignore[call-arg]  # transformers: the @strict config's fields are not seen as __init__ arguments
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
@@ -45,8 +48,10 @@ class VisionEncoder(nn.Module):
 
     def forward(self, pixels: Tensor) -> Tensor:
         """pixels ``[N, 3, S, S]`` in [-1, 1] → image tokens ``[N, (S/patch)^2, out_width]``."""
-        vt = getattr(self.tower, "vision_model", self.tower)  # transformers >= 5.2x dropped the level
+        # transformers >= 5.2x dropped the level: the tower then has the transformer's parts itself
+        vt = cast(SiglipVisionTransformer, getattr(self.tower, "vision_model", self.tower))
         emb = vt.embeddings(pixels.to(vt.embeddings.patch_embedding.weight.dtype))
         enc_dtype = vt.post_layernorm.weight.dtype
         feats = vt.post_layernorm(vt.encoder(inputs_embeds=emb.to(enc_dtype)).last_hidden_state)
-        return self.projector(feats.to(self.projector.weight.dtype))
+        tokens: Tensor = self.projector(feats.to(self.projector.weight.dtype))
+        return tokens

@@ -12,9 +12,10 @@ and LeRobot ``policies/pi05`` (``PI05Policy``: the same module under ``model.``)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import save_file
@@ -25,8 +26,8 @@ from ..types import NormStats
 from ..untrusted import open_safetensors
 from . import ckpt_config as cc
 from . import ckpt_files as cf
-from .ckpt_files import INDEX, WEIGHTS
-from .ckpt_shapes import FLOAT_DTYPES, check_dtypes, read_finite, read_headers, weight_index
+from .ckpt_files import FLOAT_DTYPES, INDEX, WEIGHTS
+from .ckpt_shapes import check_dtypes, read_finite, read_headers, weight_index
 from .gemma import MoTRunner
 from .keymap import (
     LM_HEAD_KEY,
@@ -109,10 +110,11 @@ def plan_load(
             head = ck
             own = OWN_EMBED_KEY
         else:
-            own = ckpt_to_own(ck, layout, level)
-            if own is None or own not in expected or own in plan:
+            mapped = ckpt_to_own(ck, layout, level)
+            if mapped is None or mapped not in expected or mapped in plan:
                 unexpected.append(f"{ck} {list(found[ck])}")
                 continue
+            own = mapped
         if found[ck] != expected[own]:
             wrong.append(f"{ck}: file {list(found[ck])} vs model {list(expected[own])}")
         elif ck != head:
@@ -158,7 +160,8 @@ def rebuild_buffers(model: Pi05Model, device: torch.device) -> None:
         if isinstance(mod, MoTRunner):
             mod.rotary = make_rotary(model.cfg.vlm).to(device)
         elif hasattr(mod, "position_ids") and hasattr(mod, "num_positions"):
-            ids = torch.arange(mod.num_positions, device=device).expand((1, -1))
+            # SigLIP's embeddings (an int attribute; Module.__getattr__ types it Tensor | Module)
+            ids = torch.arange(cast(int, mod.num_positions), device=device).expand((1, -1))
             mod.register_buffer("position_ids", ids, persistent=False)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
@@ -177,7 +180,7 @@ def checkpoint_shapes(cfg: ModelConfig, layout: str = "lerobot") -> dict[str, tu
 
 
 def load_pretrained(
-    folder: str | Path,
+    folder: str | os.PathLike[str],
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     *,
@@ -319,6 +322,7 @@ def random_pretrained(cfg: ModelConfig, seed: int = 0) -> Pi05Model:
             fill(mod.dense.bias, 0.02)
         elif isinstance(mod, PlainNorm):
             fill(mod.weight, 0.1)
+    assert model.vlm.embed_tokens is not None  # the VLM stack has the token embedding
     fill(model.vlm.embed_tokens.weight, 1.0 / math.sqrt(cfg.vlm.width))
     return model.eval()
 

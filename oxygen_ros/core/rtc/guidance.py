@@ -213,7 +213,11 @@ def integrate_guided(velocity: Callable[[Tensor, int], Tensor], noise: Tensor, d
     for i in range(guide.times.shape[0]):
         t, g = guide.times[i], guide.gains[i]
         if guide.vjp:
-            v = vjp_guided_velocity(lambda z, i=i: velocity(z, i), x, t, g, guide.target, guide.weights)
+
+            def velocity_at(z: Tensor, i: int = i) -> Tensor:
+                return velocity(z, i)
+
+            v = vjp_guided_velocity(velocity_at, x, t, g, guide.target, guide.weights)
         else:
             v = guided_velocity(x, velocity(x, i), t, g, guide.target, guide.weights)
         x = x + dt * v

@@ -64,7 +64,8 @@ def align_leftover(prev: np.ndarray, shift: float) -> np.ndarray:
     lo = np.floor(idx).astype(np.int64).clip(0, t - 1)
     hi = np.minimum(lo + 1, t - 1)
     frac = (idx - lo)[:, None]
-    return ((1.0 - frac) * prev[lo] + frac * prev[hi]).astype(np.float32)
+    out: np.ndarray = ((1.0 - frac) * prev[lo] + frac * prev[hi]).astype(np.float32)
+    return out
 
 
 class ChunkHandover:
@@ -124,7 +125,9 @@ class ChunkHandover:
 
     def clear(self) -> None:
         """Back to the state after construction (the engine's warm-up leaves no trace)."""
-        self.counts.clear(), self.latencies.clear(), self.jumps.clear()
+        self.counts.clear()
+        self.latencies.clear()
+        self.jumps.clear()
         self.last_jump, self._last, self._pending, self._left = None, None, "first", None
         self.delay = self._used_delay = self.cfg.inference_delay
 
