@@ -203,7 +203,7 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         single="<bos> $A", pair="<bos> $A $B:1", special_tokens=[("<bos>", 2)]
     )
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (*SPECIAL_TOKENS, *unused)])
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: TokenizersBackend.__init__ unannotated
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<pad>",
         eos_token="<eos>",
@@ -232,9 +232,7 @@ def _load(root: Path, path: Path) -> PreTrainedTokenizerBase:
             return AutoTokenizer.from_pretrained(str(root), local_files_only=True, trust_remote_code=False)
         vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
         named = {f"{k}_token": t for k, t in zip(("pad", "eos", "bos", "unk"), SPECIAL_TOKENS) if t in vocab}
-        return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: TokenizersBackend.__init__ unannotated
-            tokenizer_file=str(path), clean_up_tokenization_spaces=False, **named
-        )
+        return PreTrainedTokenizerFast(tokenizer_file=str(path), clean_up_tokenization_spaces=False, **named)
     if path.name == "tokenizer.model":
         spm: PreTrainedTokenizerBase = GemmaTokenizer.from_pretrained(str(root), local_files_only=True)
         return spm

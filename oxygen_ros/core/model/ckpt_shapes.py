@@ -125,7 +125,7 @@ def _finite(t: torch.Tensor) -> bool:
     if t.device.type != "cpu":
         lo, hi = torch.aminmax(t)
         return bool(torch.isfinite(lo) & torch.isfinite(hi))
-    for chunk in t.reshape(-1).split(1 << 24):  # type: ignore[no-untyped-call]  # torch: Tensor.split unannotated
+    for chunk in t.reshape(-1).split(1 << 24):
         if chunk.dtype == torch.bfloat16:
             if np.bitwise_and(chunk.view(torch.int16).numpy(), 0x7F80).max() == 0x7F80:
                 return False

@@ -64,7 +64,7 @@ class PlainNorm(GemmaRMSNorm):
     """Gemma RMSNorm ``(1 + w)`` with the adaRMS calling convention (gate is ``None``)."""
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, None]:
-        return super().forward(x), None  # type: ignore[no-untyped-call]  # transformers: GemmaRMSNorm.forward unannotated
+        return super().forward(x), None
 
 
 class SelfAttentionProjections(nn.Module):
@@ -99,7 +99,7 @@ class MoTLayer(nn.Module):
     def __init__(self, cfg: GemmaConfig, cond_dim: int | None = None) -> None:
         super().__init__()
         self.self_attn = SelfAttentionProjections(cfg)
-        self.mlp = GemmaMLP(hf_gemma_config(cfg))  # type: ignore[no-untyped-call]  # transformers: GemmaMLP.__init__ unannotated
+        self.mlp = GemmaMLP(hf_gemma_config(cfg))
         if cond_dim is None:
             self.input_layernorm: nn.Module = PlainNorm(cfg.width, eps=cfg.rms_norm_eps)
             self.post_attention_layernorm: nn.Module = PlainNorm(cfg.width, eps=cfg.rms_norm_eps)
