@@ -181,7 +181,7 @@ def test_a_model_that_cannot_act_fails_warm_up_with_the_reason():
     eng = Engine(nan, EngineConfig())
     with pytest.raises(
         WarmupError,
-        match=r"warm-up frame \(1 camera\(s\), blank images\) produced no action chunk: "
+        match=r"warm-up frame \(\d camera\(s\), blank images\) produced no action chunk: "
         r"action chunk dropped: .*non-finite",
     ):
         eng.warmup()
