@@ -350,7 +350,8 @@ def _host_floor(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA).
     ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`),
-    ``bench rtc …`` the cost of real-time chunking (:mod:`.rtc`)."""
+    ``bench rtc …`` the cost of real-time chunking (:mod:`.rtc`), ``bench roofline …`` the roofline
+    floor of each stage per device and weight format (:mod:`.roofline`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["schedules"]:
         from .schedule import main as schedules
@@ -364,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         from .rtc import main as rtc_bench
 
         return rtc_bench(args[1:])
+    if args[:1] == ["roofline"]:
+        from .roofline import main as roofline
+
+        return roofline(args[1:])
     a = parse_args(argv)
     import torch
 
