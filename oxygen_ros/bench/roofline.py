@@ -169,7 +169,7 @@ class DeviceSpec:
         return self.peaks.get(fmt, self.peaks["bf16"])
 
 
-T = 1e12
+TERA = 1e12  #: FLOP/s per TFLOP/s
 DEVICES: tuple[DeviceSpec, ...] = (
     # Jetson AGX Thor (T5000): 273 GB/s LPDDR5X (NVIDIA Jetson Thor datasheet / dev-kit page).
     # NVIDIA publishes 2070 FP4 TFLOPS *sparse*; dense FP4 = 2070 / 2 = 1035. FP8 = FP4 / 2 and
@@ -180,7 +180,7 @@ DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         "Jetson AGX Thor",
         273e9,
-        {"bf16": 258.75 * T, "fp8": 517.5 * T},
+        {"bf16": 258.75 * TERA, "fp8": 517.5 * TERA},
         "FP4 1035 dense (2070 sparse, NVIDIA); fp8/bf16 derived 2:1, uncertain",
     ),
     # Jetson AGX Orin 64 GB: 204.8 GB/s LPDDR5 (NVIDIA Jetson AGX Orin datasheet). NVIDIA gives
@@ -190,7 +190,7 @@ DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         "Jetson AGX Orin 64GB",
         204.8e9,
-        {"bf16": 42.5 * T, "int8": 85.0 * T},
+        {"bf16": 42.5 * TERA, "int8": 85.0 * TERA},
         "GPU 170 sparse INT8 TOPS (NVIDIA); dense and bf16 derived, uncertain",
     ),
     # GeForce RTX 4090: 1008 GB/s GDDR6X; NVIDIA Ada Lovelace whitepaper (Appendix A), dense, FP32
@@ -198,7 +198,7 @@ DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         "RTX 4090",
         1008e9,
-        {"bf16": 165.2 * T, "fp8": 330.3 * T, "int8": 660.6 * T, "int4": 1321.2 * T},
+        {"bf16": 165.2 * TERA, "fp8": 330.3 * TERA, "int8": 660.6 * TERA, "int4": 1321.2 * TERA},
         "Ada whitepaper, dense, FP32 accumulate",
     ),
     # H200 SXM: 4.8 TB/s HBM3e (NVIDIA H200 datasheet); dense = half the datasheet's sparse
@@ -206,7 +206,7 @@ DEVICES: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         "H200",
         4.8e12,
-        {"bf16": 989.5 * T, "fp8": 1979.0 * T, "int8": 1979.0 * T},
+        {"bf16": 989.5 * TERA, "fp8": 1979.0 * TERA, "int8": 1979.0 * TERA},
         "NVIDIA H200 SXM datasheet, dense",
     ),
 )
