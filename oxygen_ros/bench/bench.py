@@ -272,6 +272,38 @@ def run_point(
     return {"point": pt.to_dict(), "prefix_tokens": prefix_tokens, "cost_model": costs.to_dict(), "modes": runs}
 
 
+def limits(policy: Pi05Policy, device: Any, dtype: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every point's cost-model stage times beside their roofline floors on this device
+    (:func:`~.roofline.against_floor`): the CPU probed now (~2 s), a CUDA device by its name in
+    ``bench roofline``'s table. ``{"device": None, "note": ...}`` when the device is not there."""
+    import torch
+
+    from .roofline import Workload, against_floor, device_spec
+    from .workload import LAYOUTS
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    spec = device_spec(device.type, name)
+    if spec is None:
+        return {"device": None, "note": f"{name} is not in bench roofline's device table"}
+    fmt = "fp32" if dtype == torch.float32 else "bf16"
+    cfg = policy.cfg
+    points = {}
+    for res in results:
+        pt, cm = res["point"], res["cost_model"]
+        cams = sum(hw is not None for hw in LAYOUTS[pt["layout"]].values())
+        prefix = int(res["prefix_tokens"])
+        w = Workload(
+            cameras=cams,
+            prompt_tokens=max(0, prefix - cams * cfg.vision.num_tokens),
+            horizon=cfg.action_horizon,
+            steps=pt["steps"],
+            tokens=pt["tokens"],
+            context=prefix + int(cm["own_tokens"]),
+        )
+        points[pt["key"]] = against_floor(cfg, spec, fmt, w, cm["costs"])
+    return {"device": spec.name, "note": spec.note, "format": fmt, "points": points}
+
+
 def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
     """A few unrecorded frames per mode (allocator, thread pools, cuBLAS handles)."""
     from ..core.engine.engine import Engine
@@ -443,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
         "duration_s": time.perf_counter() - t_start,
     }
+    doc["limits"] = limits(policy, device, dtype, results)
     doc["plots"] = [] if a.no_plots else _plots(doc, out)
     doc["missing"] = missing_fields(doc)
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=float))

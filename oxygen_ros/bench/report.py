@@ -198,9 +198,34 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["", "| cameras | action path ms (prefill + denoise, p50) | warm-up s |", "|---|---|---|"]
         lines += [f"| {x['cameras']} | {_f(x['ms'], 2)} | {_f(x['warmup_s'], 1)} |" for x in doc["action_path"]]
     lines += compile_notes(doc["summary"])
+    lines += limit_lines(doc.get("limits"))
     if doc.get("skipped"):
         lines += ["", f"Skipped (time budget): {', '.join(doc['skipped'])}"]
     return "\n".join(lines) + "\n"
+
+
+def limit_lines(lim: dict[str, Any] | None) -> list[str]:
+    """The "% of limit" table: each point's measured stages beside their roofline floors
+    (``bench roofline``; floor ÷ measured, 100 % = at the device's limit)."""
+    if not lim:
+        return []
+    if lim.get("device") is None:
+        return ["", f"% of limit: {lim.get('note', 'no device figures')}"]
+    lines = [
+        "",
+        f"% of limit on {lim['device']} ({lim['note']}; {lim['format']} weights): floor = max(bytes / bandwidth, "
+        "FLOPs / peak), `bench roofline`",
+        "",
+        "| point | stage | batch | measured ms | floor ms | bound | % of limit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, rows in lim["points"].items():
+        for r in rows:
+            lines.append(
+                f"| {key} | {r['stage']} | {r['batch'] or '–'} | {_f(1e3 * r['measured_s'], 2)} | "
+                f"{_f(1e3 * r['floor_s'], 2)} | {r['bound']} | {_f(r['pct_of_limit'], 1)} |"
+            )
+    return lines
 
 
 def compile_notes(rows: list[dict[str, Any]]) -> list[str]:

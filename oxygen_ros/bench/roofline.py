@@ -77,10 +77,17 @@ if TYPE_CHECKING:
     from ..core.config import ModelConfig
 
 #: Bytes per stored weight of each weight-only format.
-WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-FORMATS: tuple[str, ...] = tuple(WEIGHT_BYTES)
-#: Activations and K/V: bf16.
+#: ``fp32`` is the CPU engine's own format (``bench`` on a CPU), not a weight-only format.
+WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp32": 4.0}
+#: The weight-only formats of the predicted table.
+FORMATS: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
+#: Activations and K/V: bf16 (fp32 in an fp32 model, :func:`act_bytes`).
 ACT_BYTES = 2.0
+
+
+def act_bytes(fmt: str) -> float:
+    """Bytes per activation / K/V element with ``fmt`` weights: 4 for an fp32 model, else bf16's 2."""
+    return 4.0 if fmt == "fp32" else ACT_BYTES
 
 
 # ---------------------------------------------------------------------------------------- parameters
@@ -282,9 +289,9 @@ class StageCost:
     bound: str  #: "memory" | "compute"
 
 
-def _kv_bytes_per_token(cfg: ModelConfig) -> float:
+def _kv_bytes_per_token(cfg: ModelConfig, fmt: str = "bf16") -> float:
     g = cfg.vlm
-    return 2 * g.num_kv_heads * g.head_dim * g.depth * ACT_BYTES
+    return 2 * g.num_kv_heads * g.head_dim * g.depth * act_bytes(fmt)
 
 
 def stage_work(cfg: ModelConfig, w: Workload, fmt: str) -> dict[str, tuple[float, float]]:
@@ -299,11 +306,11 @@ def stage_work(cfg: ModelConfig, w: Workload, fmt: str) -> dict[str, tuple[float
     n_img = w.cameras * v.num_tokens
     t = n_img + w.prompt_tokens
     attn = g.num_heads * g.head_dim * g.depth  # 4 · q · k · attn per (q, k) pair count
-    kv = _kv_bytes_per_token(cfg)
+    kv = _kv_bytes_per_token(cfg, fmt)
     out: dict[str, tuple[float, float]] = {}
     out["vision"] = (
         2 * p.vision * n_img + 4 * w.cameras * v.num_tokens**2 * v.hidden_size * v.num_layers,
-        p.vision * wb + (w.cameras * 3 * v.image_size**2 + n_img * g.width) * ACT_BYTES,
+        p.vision * wb + (w.cameras * 3 * v.image_size**2 + n_img * g.width) * act_bytes(fmt),
     )
     out["prefill"] = (
         2 * p.vlm_layers * t + 4 * t * t * attn,
@@ -328,7 +335,7 @@ def decode_work(cfg: ModelConfig, w: Workload, fmt: str, rows: int) -> tuple[flo
     ctx = w.context if w.context is not None else w.cameras * cfg.vision.num_tokens + w.prompt_tokens + w.tokens
     return (
         2 * rows * (p.vlm_layers + p.embedding) + 4 * rows * ctx * g.num_heads * g.head_dim * g.depth,
-        (p.vlm_layers + p.embedding) * WEIGHT_BYTES[fmt] + rows * ctx * _kv_bytes_per_token(cfg),
+        (p.vlm_layers + p.embedding) * WEIGHT_BYTES[fmt] + rows * ctx * _kv_bytes_per_token(cfg, fmt),
     )
 
 
@@ -348,6 +355,61 @@ def floor(stage: str, flops: float, nbytes: float, device: DeviceSpec, fmt: str)
 def stages(cfg: ModelConfig, w: Workload, device: DeviceSpec, fmt: str) -> list[StageCost]:
     """Every stage of :func:`stage_work` with its floor on ``device``."""
     return [floor(name, f, b, device, fmt) for name, (f, b) in stage_work(cfg, w, fmt).items()]
+
+
+def against_floor(
+    cfg: ModelConfig, device: DeviceSpec, fmt: str, w: Workload, measured: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Measured stage times beside their floors: the "% of limit" of a run.
+
+    Args:
+        cfg / device / fmt: the model, the device it ran on and its weight format (``fp32`` for
+            an fp32 model on a CPU, whose :func:`probe_cpu` peak is the fp32 matmul rate).
+        w: the run's frame shape (cameras, prompt tokens, horizon, steps S, decode context).
+        measured: ``bench``'s cost-model entries ``{"stage", "batch", "median"}`` (seconds):
+            ``vision``, ``prefill``, ``denoise`` (all S steps), ``decode`` and ``head`` per batch.
+
+    Returns:
+        One row per measured stage: ``stage``, ``batch``, ``measured_s``, ``floor_s``, ``bound``
+        and ``pct_of_limit`` = floor ÷ measured × 100 (100 %: at the device's limit). A decode
+        row is the decode forward plus the LM head of the same batch (the floor counts both).
+    """
+    by = {(m["stage"], m.get("batch")): float(m["median"]) for m in measured}
+    work = stage_work(cfg, w, fmt)
+    rows: list[dict[str, Any]] = []
+
+    def row(stage: str, batch: int | None, t: float, flops: float, nbytes: float) -> None:
+        c = floor(stage, flops, nbytes, device, fmt)
+        rows.append(
+            {
+                "stage": stage,
+                "batch": batch,
+                "measured_s": t,
+                "floor_s": c.floor_s,
+                "bound": c.bound,
+                "pct_of_limit": 100.0 * c.floor_s / t if t > 0 else None,
+            }
+        )
+
+    for stage in ("vision", "prefill"):
+        if (stage, None) in by:
+            row(stage, None, by[(stage, None)], *work[stage])
+    if ("denoise", None) in by:
+        f, b = work["denoise"]
+        row(f"denoise ×{w.steps}", None, by[("denoise", None)], w.steps * f, w.steps * b)
+    for (stage, batch), t in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        if stage == "decode" and batch is not None:
+            row("decode + head", batch, t + by.get(("head", batch), 0.0), *decode_work(cfg, w, fmt, batch))
+    return rows
+
+
+def device_spec(kind: str, name: str = "") -> DeviceSpec | None:
+    """The :class:`DeviceSpec` of a run's device: the CPU probed now (``kind`` ``cpu``), or the
+    table entry whose name is in the CUDA device ``name`` (None: not in the table)."""
+    if kind == "cpu":
+        return probe_cpu(2.0)
+    keys = {"Jetson AGX Thor": "Thor", "Jetson AGX Orin 64GB": "Orin", "RTX 4090": "4090", "H200": "H200"}
+    return next((d for d in DEVICES if keys.get(d.name, d.name) in name), None)
 
 
 @dataclass(frozen=True)
@@ -493,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = [
     "DEVICES",
     "FORMATS",
+    "act_bytes",
+    "against_floor",
+    "device_spec",
     "WEIGHT_BYTES",
     "DeviceSpec",
     "FramePrediction",

@@ -125,6 +125,16 @@ def test_quick_profile_writes_complete_json_table_and_plots(tmp_path):
     assert sorted(doc["plots"]) == ["hz_vs_toks.png", "speedup_vs_n.png", "stages.png"]
     for name in doc["plots"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every measured stage beside its roofline floor on this (probed) CPU: the "% of limit"
+    lim = doc["limits"]
+    assert lim["device"] == "this CPU" and lim["format"] == "fp32"
+    for key in ("libero S10 N30 k1 uniform:1", "libero S10 N30 k5 uniform:1"):
+        stages = {r["stage"] for r in lim["points"][key]}
+        assert {"vision", "prefill", "denoise ×10", "decode + head"} <= stages, stages
+        for r in lim["points"][key]:
+            assert r["floor_s"] > 0 and r["measured_s"] > 0 and r["bound"] in ("memory", "compute")
+            assert r["pct_of_limit"] == pytest.approx(100 * r["floor_s"] / r["measured_s"])
+    assert "% of limit on this CPU" in md and "| point | stage | batch | measured ms | floor ms |" in md
 
 
 def test_arrival_patterns_and_layouts_are_complete(tmp_path):

@@ -159,3 +159,34 @@ def test_cli_writes_json_with_every_device(tmp_path: Path, capsys: pytest.Captur
     assert doc["prefix_tokens"] == 2 * get_preset("pi05-tiny").vision.num_tokens + 200
     table = capsys.readouterr().out
     assert all(f"| {n} | {f} |" in table for n in names for f in FORMATS)
+
+
+def test_against_floor_puts_each_measured_stage_beside_its_floor():
+    from oxygen_ros.bench.roofline import DEVICES, Workload, against_floor, decode_work, stage_work
+    from oxygen_ros.core.config import get_preset
+
+    cfg = get_preset("pi05-small")
+    w = Workload(cameras=2, prompt_tokens=30, horizon=10, steps=10, tokens=30, context=600)
+    h200 = next(d for d in DEVICES if d.name == "H200")
+    measured = [
+        {"stage": "vision", "batch": None, "median": 0.010},
+        {"stage": "prefill", "batch": None, "median": 0.020},
+        {"stage": "denoise", "batch": None, "median": 0.050},
+        {"stage": "decode", "batch": 4, "median": 0.004},
+        {"stage": "head", "batch": 4, "median": 0.001},
+        {"stage": "preprocess", "batch": None, "median": 0.003},  # not a model stage: no floor
+    ]
+    rows = {(r["stage"], r["batch"]): r for r in against_floor(cfg, h200, "bf16", w, measured)}
+    assert set(rows) == {("vision", None), ("prefill", None), ("denoise ×10", None), ("decode + head", 4)}
+    f, b = stage_work(cfg, w, "bf16")["denoise"]
+    assert rows[("denoise ×10", None)]["floor_s"] == pytest.approx(
+        max(10 * b / h200.bandwidth, 10 * f / h200.peak("bf16"))
+    )
+    df, db = decode_work(cfg, w, "bf16", 4)
+    dec = rows[("decode + head", 4)]
+    assert dec["measured_s"] == pytest.approx(0.005)  # the decode forward and the LM head of the batch
+    assert dec["floor_s"] == pytest.approx(max(db / h200.bandwidth, df / h200.peak("bf16")))
+    assert dec["pct_of_limit"] == pytest.approx(100 * dec["floor_s"] / 0.005)
+    # an fp32 model moves twice the bytes of bf16 weights and activations
+    f32 = {(r["stage"], r["batch"]): r for r in against_floor(cfg, h200, "fp32", w, measured)}
+    assert f32[("prefill", None)]["floor_s"] >= rows[("prefill", None)]["floor_s"]
