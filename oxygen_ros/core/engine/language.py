@@ -180,7 +180,7 @@ class LanguageStage:
                     self._start(f, plan, out)
                 held = False
                 self.runner.pool.blocks.free(f.prefix.blocks, self.streams.fence())
-            self._decode(f.cfg, self._budget(f, plan), out)  # isolated: 0 steps, it decoded in _start
+            self._decode(self._budget(f, plan), out)  # isolated: 0 steps, it decoded in _start
         except Exception as e:  # outside any guarded stage (a bug): fail what is running, go on
             self._fail_running(e)
         finally:
@@ -198,7 +198,7 @@ class LanguageStage:
         self.faults.begin_frame(self.faults.frame_id)
         self.book.begin_frame()
         try:
-            self._decode(None, 1, out)
+            self._decode(1, out)
         except Exception as e:
             self._fail_running(e)
         self._finish(out, None, t0)
@@ -268,7 +268,7 @@ class LanguageStage:
             plan.decode_steps = 1
         return plan.decode_steps
 
-    def _decode(self, cfg: EngineConfig | None, steps: int, out: LanguageOutput) -> None:
+    def _decode(self, steps: int, out: LanguageOutput) -> None:
         with self.streams.decode(after=None):
             for _ in range(steps):
                 if self.late_cancels is not None:
