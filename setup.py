@@ -33,6 +33,8 @@ setup(
             "replay = oxygen_ros.replay.replay:main",
             "bag_player = oxygen_ros.bags.player:main",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",
+            "record_demos = oxygen_ros.sim.demos:main",
+            "train = oxygen_ros.train.train:main",
             "oxygen_node = oxygen_ros.ros.node:main",
             "oxygen = oxygen_ros.ros.cli.main:main",
             "ingress_bench = oxygen_ros.bench.ingress:main",

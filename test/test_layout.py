@@ -4,7 +4,7 @@ no monster modules.
 Imports are read statically (``ast``) from every module under ``oxygen_ros/``, including imports
 inside functions and ``TYPE_CHECKING`` blocks: a circle hidden behind a local import is still a
 circle. Layers, lowest first: ``core`` <- ``streams`` / ``bags`` <- ``ros`` <- ``replay`` / ``bench`` / ``sim`` /
-``stats`` <- ``evaluate``.
+``stats`` <- ``train`` <- ``evaluate``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"core", "streams", "ros", "bags", "bench"},  # the ingress benchmark runs the node
     "sim": {"core", "streams", "ros", "bags", "sim"},
     "stats": {"core", "streams", "ros", "bags", "stats"},
-    "evaluate": {"core", "streams", "ros", "bags", "replay", "sim", "evaluate"},
+    "train": {"core", "streams", "ros", "bags", "sim", "stats", "train"},  # reads the sim's demonstration bags
+    "evaluate": {"core", "streams", "ros", "bags", "replay", "sim", "train", "evaluate"},
     "": {""},  # oxygen_ros/__init__.py imports nothing of its subpackages
 }
 # A generous guard against monster modules, not a size to aim for: folders and modules follow

@@ -204,6 +204,22 @@ def _pi05_small() -> ModelConfig:
     )
 
 
+def _pi05_sim() -> ModelConfig:
+    # The shipped sim policy (``train``): trainable from scratch on 2 CPU cores in about an hour.
+    # Images of 112 px in 16 px patches (49 tokens per camera) still show the 4 cm cube of the
+    # ALOHA sim's 160x120 top camera as a few red pixels; a 1 s chunk (50 points at 50 Hz).
+    return ModelConfig(
+        name="pi05-sim",
+        vision=VisionConfig(
+            hidden_size=64, intermediate_size=256, num_layers=3, num_heads=4, image_size=112, patch_size=16
+        ),
+        vlm=GemmaConfig(width=128, depth=3, mlp_dim=512, num_heads=4, num_kv_heads=1, head_dim=32),
+        expert=GemmaConfig(width=64, depth=3, mlp_dim=256, num_heads=4, num_kv_heads=1, head_dim=32),
+        vocab_size=1024,
+        max_token_len=48,
+    )
+
+
 def _pi05_tiny() -> ModelConfig:
     # For unit tests: milliseconds per call, but every code path of the full model.
     return ModelConfig(
@@ -219,7 +235,12 @@ def _pi05_tiny() -> ModelConfig:
     )
 
 
-PRESETS: dict[str, Callable[[], ModelConfig]] = {"pi05": _pi05, "pi05-small": _pi05_small, "pi05-tiny": _pi05_tiny}
+PRESETS: dict[str, Callable[[], ModelConfig]] = {
+    "pi05": _pi05,
+    "pi05-small": _pi05_small,
+    "pi05-sim": _pi05_sim,
+    "pi05-tiny": _pi05_tiny,
+}
 
 
 def get_preset(name: str) -> ModelConfig:

@@ -15,7 +15,10 @@ stamp, so the bag is deterministic for the same flags and library versions):
 - ``/commanded_action``: ``sensor_msgs/JointState``, the 14 position targets sent at that stamp
   (computed from the state stamped the same; applied for the next control period);
 - ``/instruction``: ``std_msgs/String``, at t = 0 and every ``INSTRUCTION_PERIOD_S``;
-- ``/ask``: ``std_msgs/String``, the language asks of ``ASKS`` that fall inside the recording.
+- ``/ask``: ``std_msgs/String``, the language asks of ``ASKS`` that fall inside the recording;
+- ``/language/cube_region``, ``/language/phase``: ``std_msgs/String``, the language targets of
+  :mod:`oxygen_ros.sim.task.language` from the sim's true state (the answer to "Where is the cube?"
+  and the phase narration), stamped with each camera frame.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from oxygen_ros.sim.sample_writer import SampleBagWriter, check_replaceable
 from oxygen_ros.sim.scene import (
     CAMERA_SLOTS,
     CONTROL_RATE_HZ,
+    CUBE_REST_Z,
     DEFAULT_CAMERAS,
     DEFAULT_IMAGE_SIZE,
     JOINT_NAMES,
@@ -53,6 +57,8 @@ JOINT_STATES_TOPIC = "/joint_states"
 COMMAND_TOPIC = "/commanded_action"
 INSTRUCTION_TOPIC = "/instruction"
 ASK_TOPIC = "/ask"
+CUBE_REGION_TOPIC = "/language/cube_region"
+PHASE_TOPIC = "/language/phase"
 DEFAULT_INSTRUCTION = "pick up the red cube"
 INSTRUCTION_PERIOD_S = 2.0
 ASKS: tuple[tuple[float, str], ...] = (
@@ -146,7 +152,9 @@ def record(
     from tqdm import tqdm
 
     from oxygen_ros.sim.scene import SimScene
+    from oxygen_ros.sim.task.language import cube_region, phase
     from oxygen_ros.sim.task.script import ScriptedPickLift
+    from oxygen_ros.sim.task.success import LANDED_TOL_M
 
     out = Path(out)
     if out.exists() or out.is_symlink():
@@ -178,6 +186,7 @@ def record(
         types = {camera_topic(c): "sensor_msgs/msg/CompressedImage" for c in cameras}
         types[JOINT_STATES_TOPIC] = types[COMMAND_TOPIC] = "sensor_msgs/msg/JointState"
         types[INSTRUCTION_TOPIC] = types[ASK_TOPIC] = "std_msgs/msg/String"
+        types[CUBE_REGION_TOPIC] = types[PHASE_TOPIC] = "std_msgs/msg/String"
         bag = SampleBagWriter(tmp / out.name, types, JOINT_NAMES)
         bag.writer.set_custom_data("oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}")
         bag.writer.set_custom_data("oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items()))
@@ -187,6 +196,7 @@ def record(
         asks = sorted(ASKS)
         period_ns = Fraction(10**9) / fps_q
         next_instruction = 0.0
+        landed = False
         for k in tqdm(range(n_steps), desc=f"recording {out.name}", unit="step", disable=not progress):
             stamp_ns = EPOCH_NS + round(k * period_ns)
             t = (stamp_ns - EPOCH_NS) / 1e9
@@ -196,9 +206,13 @@ def record(
             while asks and asks[0][0] <= t + 1e-9:
                 bag.text(ASK_TOPIC, asks.pop(0)[1], stamp_ns)
             bag.joints(JOINT_STATES_TOPIC, scene.joint_positions(), scene.joint_velocities(), stamp_ns)
+            cube = scene.cube_position
+            landed = landed or abs(float(cube[2]) - CUBE_REST_Z) < LANDED_TOL_M
             if _due(k, cam_q, fps_q):
                 for cam, rgb in scene.render().items():
                     bag.jpeg(camera_topic(cam), rgb, f"{cam}_camera", jpeg_quality, stamp_ns)
+                bag.text(CUBE_REGION_TOPIC, cube_region(cube, landed), stamp_ns)
+                bag.text(PHASE_TOPIC, phase(t, cube), stamp_ns)
             command = motion(t)
             bag.joints(COMMAND_TOPIC, command, None, stamp_ns)
             scene.step(command)

@@ -1,0 +1,1 @@
+"""Training a π0.5-architecture policy on recorded demonstrations (``train``)."""

@@ -1,0 +1,353 @@
+"""Train a π0.5-architecture policy on demonstrations (``record_demos``): the ``train`` command.
+
+The flow-matching action loss plus cross-entropy on the language targets through the same prefix
+(:mod:`oxygen_ros.train.objective`), AdamW with a linear warm-up and cosine decay, gradient
+clipping at 1, seeded (weights, batches, noise, flow times). Normalisation stats (q01/q99, mean,
+std) come from the dataset: the state from the recorded joint states, the actions from the
+recorded commands. The checkpoint folder (openpi layout: ``model.safetensors``, config, norm stats,
+tokenizer) loads by path in the node (``model_path``), ``replay`` and ``evaluate``; beside it
+``train_log.json`` (every logged step), ``loss.png`` and a model card ``README.md``.
+
+Held-out episodes (``--held-out``, the last ones) are never trained on: at the end their open-loop
+action error is measured against the "hold the current state" baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch and the model are imported when training starts (``train --help`` stays fast)
+    from oxygen_ros.core.types import NormStats
+    from oxygen_ros.train.dataset import DemoData
+
+__all__ = ["TrainConfig", "TrainResult", "main", "train"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of one training run (defaults: the shipped ``pi05-sim`` checkpoint)."""
+
+    preset: str = "pi05-sim"
+    steps: int = 6000
+    batch_size: int = 32
+    lr: float = 5e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 200
+    text_weight: float = 1.0
+    seed: int = 0
+    held_out: int = 10
+    max_episodes: int = 0
+    threads: int = 0
+    log_every: int = 25
+    time_limit_s: float = 0.0
+
+
+@dataclass
+class TrainResult:
+    """What a run produced (also written to ``train_log.json``)."""
+
+    folder: Path
+    steps: int
+    wall_s: float
+    log: list[dict[str, float]] = field(default_factory=list)
+    held_out: dict[str, float] = field(default_factory=dict)
+
+
+def dataset_norm_stats(data: DemoData) -> dict[str, NormStats]:
+    """``{"state", "actions"}`` stats of the frames' joint states and of every recorded command."""
+    from oxygen_ros.stats.compute import norm_stats
+
+    return {"state": norm_stats(data.state), "actions": norm_stats(data.commands.reshape(-1, data.commands.shape[-1]))}
+
+
+class _Batcher:
+    """Builds :class:`~oxygen_ros.train.objective.Batch` values from frame indices."""
+
+    def __init__(self, data: DemoData, policy: Any) -> None:
+        import torch
+
+        from oxygen_ros.core.config import DEFAULT_TASKS
+        from oxygen_ros.core.prompt import format_template
+        from oxygen_ros.sim.task.language import CUBE_QUESTION, CUBE_REGIONS, PHASES
+
+        self.data, self.policy, self.torch = data, policy, torch
+        cfg = policy.cfg
+        self.horizon, self.action_dim = cfg.action_horizon, cfg.action_dim
+        tok = policy.prompt
+        ids, masks = [], []
+        for i in range(len(data)):
+            norm = policy.normalizer.normalize_state(data.state[i])
+            t, m = tok.tokenize_prompt(data.instructions[int(data.episode[i])], norm)
+            ids.append(t)
+            masks.append(m)
+        self.tokens, self.token_masks = np.stack(ids), np.stack(masks)
+        templates = {t.name: t.template for t in DEFAULT_TASKS}
+        eos = policy.eos_id
+        instruction = data.instructions[0]
+        conv = format_template(templates["conversation"], text=CUBE_QUESTION, instruction=instruction)
+        memo = format_template(templates["memory"], text="", instruction=instruction)
+        # per task: one (ids, target mask) per answer
+        self.texts: list[list[tuple[list[int], list[bool]]]] = []
+        for template, answers in ((conv, CUBE_REGIONS), (memo, PHASES)):
+            head = tok.tokenize_continuation(template)
+            self.texts.append(
+                [
+                    (
+                        head + tok.tokenize_continuation(a) + [eos],
+                        [False] * len(head) + [True] * (len(tok.tokenize_continuation(a)) + 1),
+                    )
+                    for a in answers
+                ]
+            )
+        self.text_len = max(len(ids) for task in self.texts for ids, _ in task)
+
+    def batch(self, rows: np.ndarray, rng: np.random.Generator) -> Any:
+        from oxygen_ros.train.objective import Batch
+
+        torch, d = self.torch, self.data
+        pixels = torch.from_numpy(d.images[rows]).float() * (2.0 / 255.0) - 1.0
+        chunks = d.chunks(rows, self.horizon)
+        norm = np.stack([self.policy.normalizer.normalize_actions(c) for c in chunks])
+        actions = np.zeros((len(rows), self.horizon, self.action_dim), dtype=np.float32)
+        actions[..., : norm.shape[-1]] = norm
+        text = np.zeros((len(rows), self.text_len), dtype=np.int64)
+        valid = np.zeros((len(rows), self.text_len), dtype=bool)
+        target = np.zeros((len(rows), self.text_len), dtype=bool)
+        task = rng.integers(0, 2, size=len(rows))
+        for j, (row, which) in enumerate(zip(rows, task, strict=True)):
+            answer = int(d.region[row]) if which == 0 else int(d.phase[row])
+            ids, tgt = self.texts[which][answer]
+            text[j, : len(ids)], valid[j, : len(ids)], target[j, : len(ids)] = ids, True, tgt
+        return Batch(
+            pixels=pixels,
+            image_masks=torch.from_numpy(d.image_masks[rows]),
+            tokens=torch.from_numpy(self.tokens[rows]),
+            token_masks=torch.from_numpy(self.token_masks[rows]),
+            actions=torch.from_numpy(actions),
+            action_dims=norm.shape[-1],
+            text=torch.from_numpy(text),
+            text_valid=torch.from_numpy(valid),
+            text_target=torch.from_numpy(target),
+        )
+
+
+def _lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def held_out_error(policy: Any, data: DemoData, rows: np.ndarray, seed: int = 0) -> dict[str, float]:
+    """Open-loop error of ``policy`` on frames ``rows``: mean absolute error (radians / gripper
+    units, robot's 14 dims, whole chunk) of the sampled chunk and of "hold the frame's state"
+    against the recorded commands."""
+    import torch
+
+    from oxygen_ros.core.types import Observation
+    from oxygen_ros.sim.scene import CAMERA_SLOTS
+
+    horizon = policy.cfg.action_horizon
+    slots = [s for s in policy.cfg.image_slots if s in CAMERA_SLOTS]
+    model_err, hold_err = [], []
+    gen = torch.Generator().manual_seed(seed)
+    for row in rows:
+        imgs = {
+            s: np.ascontiguousarray(data.images[row, i].transpose(1, 2, 0))
+            for i, s in enumerate(policy.cfg.image_slots)
+            if s in slots and data.image_masks[row, i]
+        }
+        obs = Observation(images=imgs, state=data.state[row], instruction=data.instructions[int(data.episode[row])])
+        noise = torch.randn(1, horizon, policy.cfg.action_dim, generator=gen)
+        chunk = policy.sample_actions(obs, noise=noise)
+        truth = data.chunks(np.array([row]), horizon)[0]
+        model_err.append(float(np.abs(chunk - truth).mean()))
+        hold_err.append(float(np.abs(data.state[row][None] - truth).mean()))
+    return {"model_mae": float(np.mean(model_err)), "hold_mae": float(np.mean(hold_err)), "frames": float(len(rows))}
+
+
+def _plot(log: list[dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [e["step"] for e in log]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [e["flow"] for e in log], label="flow-matching loss (actions)")
+    ax.plot(steps, [e["text"] for e in log], label="cross-entropy (answers)")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool = True) -> TrainResult:
+    """Train ``cfg.preset`` on the ``record_demos`` folder ``demos``; write the checkpoint ``out``.
+
+    Raises:
+        DemoError: unusable demonstrations (too few episodes for the held-out split included).
+        ConfigError: unknown preset.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from oxygen_ros.core.config import get_preset
+    from oxygen_ros.core.model.weights import random_pretrained, save_pretrained
+    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.core.tokenizer import build_tokenizer
+    from oxygen_ros.train.dataset import DemoError, load_demos
+    from oxygen_ros.train.objective import co_training_loss, sample_flow_time
+
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    model_cfg = get_preset(cfg.preset)
+    data = load_demos(demos, model_cfg, progress=progress, max_episodes=cfg.max_episodes)
+    episodes = int(data.episode.max()) + 1
+    if episodes <= cfg.held_out:
+        raise DemoError(f"{episodes} episodes: need more than the {cfg.held_out} held out")
+    train_rows, test_rows = data.split(range(episodes - cfg.held_out, episodes))
+    stats = dataset_norm_stats(data)
+    torch.manual_seed(cfg.seed)
+    model = random_pretrained(model_cfg, seed=cfg.seed).train()
+    tokenizer = build_tokenizer(model_cfg.vocab_size)
+    policy = Pi05Policy(model, tokenizer, stats)
+    model.train()
+    batcher = _Batcher(data, policy)
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=cfg.lr
+    )
+    log: list[dict[str, float]] = []
+    acc = {"loss": 0.0, "flow": 0.0, "text": 0.0, "text_accuracy": 0.0}
+    n_acc = 0
+    bar = tqdm(range(cfg.steps), desc=f"training {cfg.preset}", unit="step", disable=not progress)
+    step = 0
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, cfg)
+        rows = rng.choice(train_rows, size=cfg.batch_size)
+        batch = batcher.batch(rows, rng)
+        noise = torch.randn(cfg.batch_size, model_cfg.action_horizon, model_cfg.action_dim, generator=gen)
+        parts = co_training_loss(model, batch, noise, sample_flow_time(cfg.batch_size, gen), cfg.text_weight)
+        opt.zero_grad(set_to_none=True)
+        parts.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        for k in acc:
+            acc[k] += float(getattr(parts, k).detach())
+        n_acc += 1
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            entry = {"step": float(step + 1), "wall_s": time.perf_counter() - t_start, "lr": _lr_at(step, cfg)}
+            entry.update({k: v / n_acc for k, v in acc.items()})
+            log.append(entry)
+            bar.set_postfix(flow=f"{entry['flow']:.4f}", text=f"{entry['text']:.3f}")
+            if not progress:  # a line per log entry where no bar is drawn (a pipe, a log file)
+                print(
+                    f"step {step + 1}/{cfg.steps} flow {entry['flow']:.4f} text {entry['text']:.3f} "
+                    f"acc {entry['text_accuracy']:.2f} ({entry['wall_s']:.0f} s)",
+                    flush=True,
+                )
+            acc = dict.fromkeys(acc, 0.0)
+            n_acc = 0
+        if cfg.time_limit_s > 0 and time.perf_counter() - t_start > cfg.time_limit_s:
+            break
+    steps_done = step + 1
+    model.eval()
+    wall = time.perf_counter() - t_start
+    out = Path(out)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained(model, tmp, stats, layout="openpi", tokenizer=tokenizer)
+    held = held_out_error(Pi05Policy.from_pretrained(tmp, device="cpu"), data, test_rows[::5], seed=cfg.seed)
+    result = TrainResult(out, steps_done, wall, log, held)
+    record = {
+        "config": cfg.__dict__,
+        "demos": str(demos),
+        "episodes": episodes,
+        "train_frames": int(len(train_rows)),
+        "steps": steps_done,
+        "wall_s": wall,
+        "held_out": held,
+        "log": log,
+    }
+    (tmp / "train_log.json").write_text(json.dumps(record, indent=1))
+    if log:
+        _plot(log, tmp / "loss.png")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags of ``train``."""
+    d = TrainConfig()
+    p = argparse.ArgumentParser(prog="train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--demos", type=Path, required=True, help="record_demos folder")
+    p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+    p.add_argument("--preset", default=d.preset, help="model preset (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="frames per step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default: %(default)s)")
+    p.add_argument("--text-weight", type=float, default=d.text_weight, help="weight of the answer loss")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed (default: %(default)s)")
+    p.add_argument("--held-out", type=int, default=d.held_out, help="last episodes kept out of training")
+    p.add_argument("--max-episodes", type=int, default=0, help="use only the first N episodes (0: all)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--time-limit", type=float, default=0.0, help="stop after this many seconds (0: none)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns 0, or 2 for bad arguments / unusable demonstrations."""
+    args = build_parser().parse_args(argv)
+    from oxygen_ros.train.dataset import DemoError
+
+    cfg = TrainConfig(
+        preset=args.preset,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        text_weight=args.text_weight,
+        seed=args.seed,
+        held_out=args.held_out,
+        max_episodes=args.max_episodes,
+        threads=args.threads,
+        time_limit_s=args.time_limit,
+    )
+    try:
+        result = train(args.demos, args.out, cfg, progress=sys.stderr.isatty())
+    except (DemoError, ValueError) as exc:
+        print(f"train: error: {exc}", file=sys.stderr)
+        return 2
+    h = result.held_out
+    print(
+        f"wrote {result.folder}: {result.steps} steps in {result.wall_s / 60:.1f} min; held-out open-loop MAE "
+        f"{h['model_mae']:.4f} (hold the state: {h['hold_mae']:.4f}) over {int(h['frames'])} frames"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
