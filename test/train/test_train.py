@@ -1,0 +1,122 @@
+"""Demonstrations -> training frames -> a checkpoint the policy loads: ``record_demos`` and
+``train`` end to end on a few short episodes, and their refusals of unusable input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxygen_ros.core.config import get_preset
+from oxygen_ros.train.dataset import DemoError, episode_folders, load_demos, read_episode
+from oxygen_ros.train.train import main as train_main
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data" / "aloha_sim_sample"
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("gym_aloha")
+    from oxygen_ros.sim.demos import main as demos_main
+
+    out = tmp_path_factory.mktemp("demos") / "set"
+    assert demos_main(["--out", str(out), "--episodes", "3", "--seconds", "1", "--first-seed", "7"]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_record_demos_writes_bags_with_language_targets(demos):
+    folders = episode_folders(demos)
+    assert [f.name for f in folders] == ["episode_0000", "episode_0001", "episode_0002"]
+    index = json.loads((demos / "demos.json").read_text())
+    assert index["seeds"] == [7, 8, 9] and index["size"] == [120, 160]
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([folders[0]]) as reader:
+        topics = {c.topic: c.msgcount for c in reader.connections}
+    assert topics["/language/cube_region"] == topics["/cam_high/image_raw/compressed"] == 10
+    assert topics["/language/phase"] == 10 and topics["/commanded_action"] == 50
+    # a rerun keeps the finished episodes (resume), it does not record them again
+    before = (folders[0] / "metadata.yaml").stat().st_mtime_ns
+    from oxygen_ros.sim.demos import main as demos_main
+
+    assert demos_main(["--out", str(demos), "--episodes", "3", "--seconds", "1", "--first-seed", "7"]) == 0
+    assert (folders[0] / "metadata.yaml").stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+def test_frames_are_what_the_policy_sees_and_chunks_follow_the_node_time_base(demos):
+    from oxygen_ros.core.processing import prepare_images
+
+    cfg = get_preset("pi05-tiny")
+    data = load_demos(demos, cfg, progress=False)
+    assert len(data) == 30 and data.images.shape == (30, 3, 3, 56, 56) and data.images.dtype == np.uint8
+    assert data.commands.shape == (3, 50, 14)
+    # images: the node's decode + the policy's resize, stored exactly (u / 255 * 2 - 1)
+    from oxygen_ros.bags.reader import BagInput
+    from oxygen_ros.ros.convert.images import compressed_to_rgb
+
+    with BagInput(episode_folders(demos)[0]) as bag:
+        topic, _, raw = next(bag.messages(["/cam_high/image_raw/compressed"]))
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import CompressedImage
+
+    rgb = compressed_to_rgb(deserialize_message(raw, CompressedImage))
+    pixels, _ = prepare_images({"base_0_rgb": rgb}, cfg.image_slots, cfg.vision.image_size)
+    np.testing.assert_allclose(data.images[0, 0] * np.float32(2 / 255) - 1, pixels[0], atol=1e-6)
+    # point i of the chunk of the frame at control step k is the command of step k + 1 + i
+    rows = np.array([0, 5, 9])
+    chunks = data.chunks(rows, 10)
+    for r, c in zip(rows, chunks, strict=True):
+        k = int(data.step[r])
+        want = data.commands[0, np.minimum(np.arange(k + 1, k + 11), 49)]
+        np.testing.assert_array_equal(c, want)
+    assert data.step[:3].tolist() == [0, 5, 10]  # 10 Hz camera, 50 Hz control
+    # the cached read gives the same frames
+    again = load_demos(demos, cfg, progress=False)
+    np.testing.assert_array_equal(again.images, data.images)
+    assert again.instructions == data.instructions == ["pick up the red cube"] * 3
+
+
+@pytest.mark.slow
+def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
+    from oxygen_ros.core.policy import Pi05Policy
+
+    out = tmp_path / "ckpt"
+    args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "4", "--held-out", "1"]
+    assert train_main([*args, "--batch-size", "4"]) == 0
+    assert "held-out open-loop MAE" in capsys.readouterr().out
+    for name in ("model.safetensors", "train_log.json", "loss.png", "tokenizer.json"):
+        assert (out / name).is_file(), name
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["steps"] == 4 and log["episodes"] == 3 and log["train_frames"] == 20
+    assert np.isfinite([e["flow"] for e in log["log"]]).all()
+    policy = Pi05Policy.from_pretrained(out, device="cpu")
+    data = load_demos(demos, get_preset("pi05-tiny"), progress=False)
+    np.testing.assert_allclose(policy.norm_stats["state"].q99, np.quantile(data.state, 0.99, axis=0), rtol=1e-5)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+@pytest.mark.slow
+def test_train_refuses_unusable_demonstrations(demos, tmp_path, capsys):
+    base = ["--out", str(tmp_path / "c"), "--preset", "pi05-tiny", "--steps", "1"]
+    assert train_main(["--demos", str(tmp_path / "none"), *base]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert train_main(["--demos", str(tmp_path / "empty"), *base]) == 2
+    assert "no episode bag" in capsys.readouterr().err
+    assert train_main(["--demos", str(demos), *base, "--held-out", "3"]) == 2
+    assert "held out" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_bag_without_language_targets_is_refused(tmp_path):
+    folder = tmp_path / "set" / "episode_0000"
+    shutil.copytree(SAMPLE, folder)
+    with pytest.raises(DemoError, match="/language/cube_region"):
+        read_episode(folder, get_preset("pi05-tiny").image_slots, 56)
