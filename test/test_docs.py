@@ -45,6 +45,8 @@ SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
     "replay": "oxygen_ros.replay.replay",
     "bag_player": "oxygen_ros.bags.player",
     "record_sim_bag": "oxygen_ros.sim.record_bag",
+    "record_demos": "oxygen_ros.sim.demos",
+    "train": "oxygen_ros.train.train",
     "ingress_bench": "oxygen_ros.bench.ingress",
     "hostile_inputs": "oxygen_ros.ros.ingress.hostile",
     "closed_loop": "oxygen_ros.sim.closed_loop.run",

@@ -1,16 +1,18 @@
 """``make demo``: the bundled ALOHA sim bag through the unified engine, with a report.
 
-1. builds (first run) or reuses a random-weight ``pi05-small`` checkpoint with the project's
-   tokenizer and normalisation stats from the bag (:mod:`.demo_checkpoint`);
+1. loads the bundled trained policy (``data/pi05_sim_aloha``: ``pi05-sim`` trained by ``train`` on
+   the sim's scripted demonstrations, see its model card); ``--model random`` builds (first run) or
+   reuses a random-weight ``pi05-small`` checkpoint instead, with the project's tokenizer and
+   normalisation stats from the bag (:mod:`.demo_checkpoint`);
 2. replays the bag offline through the unified engine with the node's parameter file
    (``config/oxygen.yaml``), one frame per camera frame, as fast as the CPU allows, streaming the
    language tasks to the terminal (conversation answers to the bag's asks, periodic memory notes);
 3. prints the report (timing, and the open-loop action accuracy against the bag's commanded actions
    next to a hold-the-state baseline) and writes the output bag, report and plots to ``--out``.
 
-With ``--model /path/to/pi05`` a real checkpoint is used instead (no random weights, greedy text).
-Random weights produce meaningless text; greedy decoding of them only repeats the last prompt
-token (spaces), so the demo samples at temperature 2 to make the token stream visible.
+With ``--model /path/to/pi05`` another checkpoint is used (greedy text). Random weights produce
+meaningless text; greedy decoding of them only repeats the last prompt token (spaces), so with
+``--model random`` the demo samples at temperature 2 to make the token stream visible.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO_PARAMS", "build_parser", "demo_threads", "main", "sample_bag"]
+__all__ = ["DEMO_PARAMS", "build_parser", "demo_threads", "main", "sample_bag", "shipped_policy"]
 
 DEMO_PARAMS: tuple[str, ...] = (
     "tasks.conversation.temperature:=2.0",
@@ -45,6 +47,15 @@ def sample_bag() -> Path:
     return Path(sys.prefix) / "share" / "oxygen_ros" / "data" / "aloha_sim_sample"
 
 
+def shipped_policy() -> Path:
+    """The bundled trained sim policy: the source tree's ``data/pi05_sim_aloha`` or the installed
+    share folder."""
+    here = Path(__file__).resolve().parents[2] / "data" / "pi05_sim_aloha"
+    if here.is_dir():
+        return here
+    return Path(sys.prefix) / "share" / "oxygen_ros" / "data" / "pi05_sim_aloha"
+
+
 def demo_threads() -> int:
     """Torch CPU threads for the demo: all cores but one (at least 1).
 
@@ -65,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bag", type=Path, default=None, help="bag to replay (default: the bundled sample)")
     p.add_argument(
-        "--model", default=None, help="real pi05 checkpoint folder (default: the cached random-weight pi05-small)"
+        "--model",
+        default=None,
+        help="checkpoint folder, or 'random' for a cached random-weight pi05-small (default: the bundled "
+        "trained sim policy)",
     )
     p.add_argument(
         "--out", type=Path, default=Path("out") / "oxygen_demo", help="output folder (replaced on every run)"
@@ -105,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(threads)
     try:
-        if args.model is None:
+        if args.model == "random":
             from oxygen_ros.replay.demo_checkpoint import bag_norm_stats, ensure_checkpoint
             from oxygen_ros.replay.prepare import TopicMap
 
@@ -115,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             folder, policy = ensure_checkpoint(stats)
             overrides = [*DEMO_PARAMS, f"model:={folder}", *overrides]
         else:
-            overrides = [f"model:={args.model}", *overrides]
+            overrides = [f"model:={args.model or shipped_policy()}", *overrides]
         print("parameter overrides: " + " ".join(f"-p {o}" for o in overrides))
         opts = ReplayOptions(
             bag=bag,

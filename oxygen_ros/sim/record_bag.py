@@ -63,11 +63,12 @@ DEFAULT_INSTRUCTION = "pick up the red cube"
 INSTRUCTION_PERIOD_S = 2.0
 ASKS: tuple[tuple[float, str], ...] = (
     (0.5, "What do you see?"),
-    (3.0, "Which gripper is closest to the cube?"),
-    (7.0, "Is the cube lifted off the table?"),
+    (3.0, "Where is the cube?"),
+    (7.0, "Where is the cube?"),
     (9.0, "Describe what the robot just did."),
 )
-"""(seconds after start, text) of the language asks."""
+"""(seconds after start, text) of the language asks: "Where is the cube?" has a right answer (the
+``/language/cube_region`` target at that stamp: on the table at 3 s, in the gripper at 7 s)."""
 
 DEFAULT_OUT = Path("data/aloha_sim_sample")
 SIM_REQUIREMENTS = "pip install mujoco==3.8.1 gym-aloha==0.1.5"

@@ -17,9 +17,11 @@ from rosbags.typesys import Stores, get_typestore
 from oxygen_ros.sim.record_bag import (
     ASK_TOPIC,
     COMMAND_TOPIC,
+    CUBE_REGION_TOPIC,
     EPOCH_NS,
     INSTRUCTION_TOPIC,
     JOINT_STATES_TOPIC,
+    PHASE_TOPIC,
     _due,
     main,
     parse_size,
@@ -47,6 +49,8 @@ def read_bag(path: Path) -> dict[str, list[tuple[int, object]]]:
             COMMAND_TOPIC: "sensor_msgs/msg/JointState",
             INSTRUCTION_TOPIC: "std_msgs/msg/String",
             ASK_TOPIC: "std_msgs/msg/String",
+            CUBE_REGION_TOPIC: "std_msgs/msg/String",
+            PHASE_TOPIC: "std_msgs/msg/String",
         }
         for conn, stamp, raw in reader.messages():
             out.setdefault(conn.topic, []).append((stamp, reader.deserialize(raw, conn.msgtype)))
