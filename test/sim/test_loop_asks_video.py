@@ -80,7 +80,7 @@ def test_episode_video_writes_an_mp4_frame_by_frame(tmp_path):
         info = v.frame_info(100.0 + 0.1 * i, 0.1 * i, chunks=1 if i < 4 else 2, answer="back left" if i > 2 else "")
         infos.append(info)
         v.add(np.full((120, 160, 3), 20 * i, np.uint8), info)
-    assert v.add(np.zeros((60, 80, 3), np.uint8), infos[-1]) is False  # another size: dropped
+    assert v.add(np.zeros((50, 90, 3), np.uint8), infos[-1]) is False  # another size: dropped
     assert v.add(np.zeros((5, 5), np.uint8), infos[-1]) is False  # not an image: dropped
     # the marker: on for MARKER_FRAMES frames after each new chunk
     assert [i.new_chunk for i in infos] == [True] * MARKER_FRAMES + [False] + [True] * MARKER_FRAMES + [False]
