@@ -7,6 +7,7 @@ import pytest
 from oxygen_ros.sim.task.answers import (
     Answer,
     collect_answers,
+    latest_answer_text,
     normalise,
     parse_utterance,
     score_answers,
@@ -90,3 +91,12 @@ def test_seed_truth_is_the_initial_placement_region():
         truth = seed_cube_region(seed)
         assert truth in CUBE_REGIONS[:4]
         assert truth == cube_region(np.asarray(sample_box_pose(seed)[:3]), landed=False)
+
+
+def test_latest_answer_text_for_display():
+    assert latest_answer_text("[#4 Q: Where is the cube?] back le") == "back le"
+    # the tail of the previous utterance arrived after its finished text: cut at the last header
+    assert latest_answer_text("  left [#6 Q: Where is the cube?] front") == "front"
+    assert latest_answer_text("[#7] a caption") == "a caption"
+    assert latest_answer_text("[request 3 waiting: no camera input yet]") == "[request 3 waiting: no camera input yet]"
+    assert latest_answer_text("") == "" and latest_answer_text("plain") == "plain"

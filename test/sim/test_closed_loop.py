@@ -353,6 +353,12 @@ def test_policy_defaults_and_the_episode_line():
         (["--policy", "scripted", "--latency-ms", "-5"], "must be >= 0"),
         (["--policy", "scripted", "--episode-s", "-1"], "must be >= 0"),
         (["--policy", "scripted", "--lift-height-m", "0"], "--lift-height-m must be > 0"),
+        (["--ask-count", "3"], "needs episode mode (--episode-s) and --ask 'Where is the cube?'"),
+        (["--episode-s", "5", "--ask", "What do you see?", "--ask-count", "2"], "needs episode mode"),
+        (["--episode-s", "5", "--ask", "Where is the cube?", "--ask-count", "0"], "--ask-count and"),
+        (["--episode-s", "5", "--ask", "Where is the cube?", "--ask-before-s", "0"], "--ask-before-s > 0"),
+        (["--policy", "scripted", "--episode-s", "5", "--ask-count", "2"], "scripted policy answers no ask"),
+        (["--video", "episode.gif"], "--video must name an .mp4 file"),
     ],
 )
 def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says, capsys):

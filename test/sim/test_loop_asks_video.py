@@ -20,10 +20,11 @@ def test_schedule_spaces_the_asks_and_stops_at_the_time_limit():
     assert s.due(1, False, math.nan)  # before the episode starts: the arm has not moved
     s.mark_sent(1, math.nan)
     assert not s.due(3, True, 0.5) and s.due(4, True, 0.6)
-    s.mark_sent(4, 0.6)
+    s.mark_sent(16, 0.6)  # sent late (the node's topics matched only then): spacing from here
+    assert not s.due(18, True, 0.7) and s.due(19, True, 0.7)
     assert not s.due(9, True, 3.0)  # the limit: the cube may be touched from here on
     assert s.closed and not s.due(9, True, 0.1)  # never again, even on an out-of-order status
-    assert s.sent == [{"at_frame": 1, "episode_time_s": None}, {"at_frame": 4, "episode_time_s": 0.6}]
+    assert s.sent == [{"at_frame": 1, "episode_time_s": None}, {"at_frame": 16, "episode_time_s": 0.6}]
     done = AskSchedule(1)
     done.mark_sent(1, 0.0)
     assert not done.due(100, False, math.nan)  # all sent

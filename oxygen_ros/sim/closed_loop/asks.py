@@ -4,9 +4,10 @@
 the arm reaches, and scores the answers (:mod:`oxygen_ros.sim.task.answers`) against the region of
 the seed's initial cube placement. The rule (:class:`AskSchedule`):
 
-- the i-th ask (0-based) is due once ``ask_at + i * every`` chunks have been seen (``ask_at``:
-  ``--ask-at-frame``, default 1 in episode mode; ``every``: ``--ask-every-frames``, default 3), and
-  is sent as soon as the monitor can send it without losing the answer;
+- the first ask is due once ``--ask-at-frame`` chunks have been seen (default 1 in episode mode),
+  each further one ``--ask-every-frames`` chunks (default 3) after the chunk count at which the
+  previous one was sent; an ask is sent as soon as it is due and the monitor can send it without
+  losing the answer (the node's ask and text topics matched);
 - an ask is sent only while the sim's latest status says the episode has not started, or its
   ``episode_time_s`` is below ``--ask-before-s`` (default 3.0 s): the scripted pick-and-lift starts
   closing the gripper at 4.5 s, so until then the cube rests where the reset put it (a policy
@@ -74,7 +75,9 @@ class AskSchedule:
         if episode_started and math.isfinite(episode_time_s) and episode_time_s >= self.before_s:
             self.closed = True
             return False
-        return chunks >= self.first_frame + len(self.sent) * self.every_frames
+        if not self.sent:
+            return chunks >= self.first_frame
+        return chunks >= int(self.sent[-1]["at_frame"]) + self.every_frames
 
     def mark_sent(self, chunks: int, episode_time_s: float) -> None:
         """Record that the next ask went out at ``chunks`` chunks, ``episode_time_s`` (sim s)."""

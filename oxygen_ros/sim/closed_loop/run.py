@@ -73,7 +73,7 @@ from oxygen_ros.sim.closed_loop.processes import (
 )
 from oxygen_ros.sim.closed_loop.report import checks, command_safety, format_report, num
 from oxygen_ros.sim.closed_loop.video import EpisodeVideo
-from oxygen_ros.sim.task.answers import parse_utterance
+from oxygen_ros.sim.task.answers import latest_answer_text
 from oxygen_ros.sim.task.language import CUBE_QUESTION
 
 __all__ = ["LoopMonitor", "main", "run_loop"]
@@ -186,8 +186,7 @@ def run_loop(
         mon = holder[0]
         sim_status = mon.last_diag(SIM_STATUS)
         ep_t = num(sim_status, "episode_time_s") if sim_status.get("episode_started") == "True" else math.nan
-        latest = parse_utterance(mon.latest_text())
-        answer = latest.text if latest is not None and not isinstance(latest, str) else (latest or "")
+        answer = latest_answer_text(mon.latest_text())
         video.add(rgb, video.frame_info(stamp, ep_t, mon.n_chunks(), answer))
 
     monitor = LoopMonitor(

@@ -33,6 +33,7 @@ from oxygen_ros.sim.task.language import CUBE_QUESTION, CUBE_REGIONS, cube_regio
 __all__ = [
     "Answer",
     "collect_answers",
+    "latest_answer_text",
     "normalise",
     "parse_utterance",
     "score_answers",
@@ -43,6 +44,7 @@ _HEADER = re.compile(r"^\[#(\d+) Q: (.*?)\] ?", re.DOTALL)
 _END_NOTICE = re.compile(r"(?:^| )\[request \d+ [a-z_]+(?:: .*)?\]$", re.DOTALL)
 _IGNORED = re.compile(r"^\[ask ignored: .*\] Q: (.*)$", re.DOTALL)
 _WAITING = re.compile(r"^\[request \d+ waiting:")
+_ANY_HEADER = re.compile(r"\[#\d+(?: Q: |\])")
 _TRAILING = string.punctuation + "\u2026\u3002"
 
 
@@ -91,6 +93,18 @@ def parse_utterance(message: str) -> Answer | str | None:
     if m:
         return Answer(m.group(1), message, None, True)
     return message
+
+
+def latest_answer_text(stream: str) -> str:
+    """The answer text of the last utterance in ``stream`` (finished or still streaming text, from
+    whatever precedes it: the tail of an earlier utterance whose deltas arrived late), for display:
+    header stripped, outer whitespace removed; a waiting notice or a header-less text as it is."""
+    starts = [m.start() for m in _ANY_HEADER.finditer(stream)]
+    text = stream[starts[-1] :] if starts else stream
+    got = parse_utterance(text.strip())
+    if isinstance(got, Answer):
+        return got.text.strip()
+    return re.sub(r"^\[#\d+\] ?", "", text.strip()).strip()
 
 
 def collect_answers(messages: Sequence[str], question: str = CUBE_QUESTION) -> tuple[list[Answer], int]:
