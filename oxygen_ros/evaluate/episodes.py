@@ -160,7 +160,7 @@ def closed_loop_episodes(
     if video not in VIDEO_CHOICES:
         raise EvaluateError(f"--video must be one of {list(VIDEO_CHOICES)}, got {video!r}")
     asks = ("--ask", ask) + (("--ask-count", str(ask_count)) if ask and ask_count != 1 else ())
-    episodes = []
+    episodes: list[Episode] = []
     for lat in dict.fromkeys(float(v) for v in latencies_ms):  # a latency given twice runs once
         for seed in seeds:
             eid = f"{policy}-lat{lat:g}ms-seed{seed:04d}"

@@ -165,7 +165,7 @@ class EpisodeVideo:
         size = (bgr.shape[1], bgr.shape[0])
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, size)
+            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter.fourcc(*"mp4v"), self.fps, size)
             if not self._writer.isOpened():
                 self.error = f"OpenCV cannot write {self.path} (mp4v)"
                 self._writer = None
