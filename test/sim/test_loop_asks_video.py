@@ -57,9 +57,9 @@ def test_answers_report_matches_in_order_and_counts_missing():
 def test_overlay_lines_and_drawing():
     info = FrameInfo(1.234, 0.5, 7, True, "front l\u00e9ft " + "x" * 200)
     top, lines = overlay_lines(info, width_chars=40)
-    assert top.startswith("t   1.23 s  episode 0.50 s  chunks 7")
+    assert top.startswith("video  1.23 s  episode 0.50 s  chunks 7")
     assert len(lines) == 2 and lines[0].startswith("A: front l?ft") and lines[1].endswith("...")
-    assert overlay_lines(FrameInfo(0.0, None, 0, False), 40) == ("t   0.00 s  episode - s  chunks 0", [])
+    assert overlay_lines(FrameInfo(0.0, None, 0, False), 40) == ("video  0.00 s  episode - s  chunks 0", [])
     rgb = np.zeros((24, 32, 3), np.uint8)
     bgr = draw_overlay(rgb, info)
     assert bgr.shape == (24 * 15, 32 * 15, 3) and bgr.dtype == np.uint8  # scaled up to >= 480 wide

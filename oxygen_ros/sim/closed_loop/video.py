@@ -7,8 +7,10 @@ length; at most ``max_frames`` frames are written, later ones are counted as ``d
 
 Overlays (:func:`draw_overlay`, on a copy scaled up to at least :data:`MIN_WIDTH` pixels wide):
 
-- top line: sim time since the first frame (from the image stamps), the sim's episode time (its
-  latest ``episode_time_s`` status) and the chunks seen so far;
+- top line: sim time since the video's first frame (from the image stamps; the monitor sees its
+  first frame only once its subscription matched, so this starts later than the sim), the sim's
+  episode time (its latest ``episode_time_s`` status, ``-`` before the episode starts) and the
+  chunks seen so far;
 - a red disc and ``NEW CHUNK`` on the frames where a chunk arrived since the previous frame (held
   for :data:`MARKER_FRAMES` frames so it can be seen);
 - bottom lines: the latest streamed answer (header stripped; in progress while it streams), cut to
@@ -64,7 +66,7 @@ def overlay_lines(info: FrameInfo, width_chars: int = 48, answer_lines: int = 2)
     """The overlay's top line and its answer lines (at most ``answer_lines``, the last cut with
     ``...`` when the answer is longer)."""
     ep = "-" if info.episode_time_s is None or not math.isfinite(info.episode_time_s) else f"{info.episode_time_s:.2f}"
-    top = f"t {info.sim_time_s:6.2f} s  episode {ep} s  chunks {info.chunks}"
+    top = f"video {info.sim_time_s:5.2f} s  episode {ep} s  chunks {info.chunks}"
     answer = _ascii(info.answer)
     if not answer:
         return top, []
