@@ -177,7 +177,12 @@ class EpisodeVideo:
         elif size != self.size:
             self.dropped += 1
             return False
-        self._writer.write(bgr)
+        try:
+            self._writer.write(bgr)
+        except cv2.error as exc:  # a full disk, a codec failure: stop writing, say why
+            self.error = f"writing {self.path} failed: {exc}"
+            self.dropped += 1
+            return False
         self.frames += 1
         return True
 
