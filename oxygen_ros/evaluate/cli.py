@@ -6,6 +6,7 @@ checks against recorded actions::
     evaluate open-loop BAG_OR_FOLDER [...] --out DIR [--model M] [-p name:=value ...]
     evaluate closed-loop --episodes N [--seed S] [--policy model|scripted] [--latency-ms L ...]
                          --out DIR [--model M] [--episode-s T]
+                         [--ask "Where is the cube?" --ask-count K] [--video none|first|all]
 
 - ``open-loop``: every bag (a bag, or a folder of bags) is replayed by ``replay`` in its own
   process; the row holds its action accuracy against the bag's reference (per-joint MAE/RMSE, in
@@ -14,7 +15,10 @@ checks against recorded actions::
 - ``closed-loop``: seeds ``S .. S+N-1`` (cube placements), for each latency, each one
   ``closed_loop`` episode (sim + policy node + monitor, on its own ROS domain) that ends at success
   or after ``--episode-s`` simulated seconds; the report gives the success rate with its 95 % Wilson
-  interval per policy and latency.
+  interval per policy and latency. With ``--ask "Where is the cube?" --ask-count K`` every episode
+  asks K times while the arm reaches and the report adds the answer accuracy (correct / asked,
+  pooled over the group's episodes) beside the success rate. ``--video first|all``: the first
+  episode, or every episode, writes ``episodes/<id>/episode.mp4`` (top camera with overlays).
 
 Ray (:mod:`oxygen_ros.evaluate.scheduler`): an embedded local instance by default; ``--address``
 joins a cluster; ``--workers`` episodes at once, each reserving ``--cpus-per-episode`` /
@@ -36,6 +40,7 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import (
     CLOSED_LOOP,
     OPEN_LOOP,
+    VIDEO_CHOICES,
     Episode,
     EvaluateError,
     closed_loop_episodes,
@@ -43,6 +48,8 @@ from oxygen_ros.evaluate.episodes import (
     open_loop_episodes,
 )
 from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate
+from oxygen_ros.sim.closed_loop.asks import is_checkable
+from oxygen_ros.sim.task.language import CUBE_QUESTION
 
 __all__ = ["build_parser", "main"]
 
@@ -127,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated seconds from the first command to the end of a failed episode",
     )
     c.add_argument("--rtf", type=float, default=None, help="sim real-time factor (closed_loop's default)")
+    c.add_argument(
+        "--ask",
+        default="",
+        help=f"ask sent in every episode (closed_loop --ask; {CUBE_QUESTION!r} is scored); default none",
+    )
+    c.add_argument("--ask-count", type=int, default=1, help="asks per episode (closed_loop --ask-count; 1)")
+    c.add_argument(
+        "--video",
+        choices=VIDEO_CHOICES,
+        default="none",
+        help="episode.mp4 in the episode folder (closed_loop --video): for none, the first episode, or all",
+    )
     c.add_argument("--oxygen-param", action="append", default=[], metavar="NAME:=VALUE")
     c.add_argument(
         "--loop-arg",
@@ -144,6 +163,8 @@ LOOP_ARGS_SET_HERE = (
     "--seed",
     "--episode-s",
     "--ask",
+    "--ask-count",
+    "--video",
     "--timeout",
     "--json",
     "--log-dir",
@@ -225,6 +246,10 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
         return eps
     if args.episodes < 1:
         raise EvaluateError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.ask and args.policy == "scripted":
+        raise EvaluateError("--ask: the scripted policy answers no ask (use --policy model)")
+    if args.ask_count > 1 and not is_checkable(args.ask):
+        raise EvaluateError(f"--ask-count {args.ask_count} needs --ask {CUBE_QUESTION!r} (the checkable question)")
     if args.policy != "scripted" and any(args.latency_ms):
         raise EvaluateError(
             "--latency-ms adds latency to the scripted policy only; the model's "
@@ -245,6 +270,9 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
         loop_timeout,
         fw,
         model,
+        args.ask,
+        args.ask_count,
+        args.video,
     )
     _check_args(loop_parser(), [a.replace("{out}", "/tmp/x") for a in eps[0].args], "closed_loop")
     return eps

@@ -22,6 +22,8 @@ CLOSED_LOOP = "closed_loop"
 REPLAY_MODULE = "oxygen_ros.replay.replay"
 CLOSED_LOOP_MODULE = "oxygen_ros.sim.closed_loop.run"
 RUNNER_MODULE = "oxygen_ros.evaluate.runner"
+VIDEO_CHOICES = ("none", "first", "all")
+"""``evaluate closed-loop --video``: no video, the first episode's only, or every episode's."""
 
 
 class EvaluateError(ValueError):
@@ -123,6 +125,9 @@ def closed_loop_episodes(
     episode_timeout_s: float,
     loop_args: Sequence[str] = (),
     model: str = "",
+    ask: str = "",
+    ask_count: int = 1,
+    video: str = "none",
 ) -> list[Episode]:
     """One ``closed_loop`` episode per (latency, seed), each ending at success or ``episode_s``.
 
@@ -135,9 +140,14 @@ def closed_loop_episodes(
             and reports when it is reached).
         loop_args: extra ``closed_loop`` arguments (``--model``, ``--rtf``, ``--oxygen-param`` ...).
         model: the ``model`` column (the checkpoint or preset; ``scripted`` for the oracle).
+        ask / ask_count: ``closed_loop --ask`` / ``--ask-count`` of every episode ("" = no ask;
+            ``"Where is the cube?"`` gets each episode's answers scored).
+        video: ``"none"``, ``"first"`` (the first episode only) or ``"all"``: those episodes write
+            ``episode.mp4`` into their own folder (``closed_loop --video``).
 
     Raises:
-        EvaluateError: no seed, a negative latency, or a non-positive episode length.
+        EvaluateError: no seed, a negative latency, a non-positive episode length, an ask count
+            below 1 or an unknown ``video``.
     """
     if not seeds:
         raise EvaluateError("no episode to run (--episodes 0)")
@@ -145,7 +155,12 @@ def closed_loop_episodes(
         raise EvaluateError(f"latencies must be >= 0 ms, got {list(latencies_ms)}")
     if not episode_s > 0:
         raise EvaluateError(f"--episode-s must be > 0, got {episode_s}")
-    episodes = []
+    if ask_count < 1:
+        raise EvaluateError(f"--ask-count must be >= 1, got {ask_count}")
+    if video not in VIDEO_CHOICES:
+        raise EvaluateError(f"--video must be one of {list(VIDEO_CHOICES)}, got {video!r}")
+    asks = ("--ask", ask) + (("--ask-count", str(ask_count)) if ask and ask_count != 1 else ())
+    episodes: list[Episode] = []
     for lat in dict.fromkeys(float(v) for v in latencies_ms):  # a latency given twice runs once
         for seed in seeds:
             eid = f"{policy}-lat{lat:g}ms-seed{seed:04d}"
@@ -158,8 +173,8 @@ def closed_loop_episodes(
                 str(seed),
                 "--episode-s",
                 f"{episode_s:g}",
-                "--ask",
-                "",
+                *asks,
+                *(("--video", "{out}/episode.mp4") if video == "all" or (video == "first" and not episodes) else ()),
                 "--timeout",
                 f"{episode_timeout_s:g}",
                 "--json",

@@ -7,7 +7,9 @@ Layout of ``--out``::
     episodes/<id>/result.json  the episode's row, written the moment it ends
     episodes.csv, episodes.json  the per-episode table, one row per episode, in episode order
     report.txt, report.json  the aggregate (success rate with its 95 % Wilson interval per policy
-                             and latency; or mean action error against the hold-the-state baseline)
+                             and latency, answer accuracy beside it when the episodes asked; or
+                             mean action error against the hold-the-state baseline)
+    episodes/<id>/episode.mp4  the episode's video (``--video first|all``)
 
 A rerun into the same folder skips every episode whose ``result.json`` says ``ok`` and runs the
 failed, timed-out and missing ones again.
@@ -27,7 +29,7 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import CLOSED_LOOP, Episode, EvaluateError
 from oxygen_ros.evaluate.runner import CLOSED_LOOP_METRICS, OPEN_LOOP_METRICS
 
-__all__ = ["OutputFolder", "aggregate", "format_aggregate", "wilson_interval"]
+__all__ = ["OutputFolder", "aggregate", "answer_totals", "format_aggregate", "wilson_interval"]
 
 _BASE_COLUMNS = (
     "episode",
@@ -146,6 +148,23 @@ def _curve_mean(curves: Sequence[Sequence[Any]]) -> list[float | None]:
     return [_mean([c[i] for c in curves if i < len(c)]) for i in range(n)]
 
 
+def answer_totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The scored answers of completed closed-loop rows pooled: ``answer_episodes`` (rows that
+    asked), ``answers_asked``, ``answers_answered``, ``answers_correct`` and ``answer_accuracy``
+    = correct / asked (``None`` when nothing was asked). Asks of one episode are not independent,
+    so no interval is given; a row without answers (``answers_asked`` ``None``) is left out."""
+    scored = [r for r in rows if isinstance(r.get("answers_asked"), int)]
+    asked = sum(int(r["answers_asked"]) for r in scored)
+    correct = sum(int(r.get("answers_correct") or 0) for r in scored)
+    return {
+        "answer_episodes": len(scored),
+        "answers_asked": asked,
+        "answers_answered": sum(int(r.get("answers_answered") or 0) for r in scored),
+        "answers_correct": correct,
+        "answer_accuracy": correct / asked if asked else None,
+    }
+
+
 def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     """Aggregate of the table: see :func:`format_aggregate` for what it holds."""
     failed = [
@@ -166,6 +185,7 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
             low, high = wilson_interval(len(wins), len(done))
             out["groups"].append(
                 {
+                    **answer_totals(done),
                     "policy": policy,
                     "latency_ms": lat,
                     "episodes": len(rs),
@@ -189,6 +209,7 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
                     "lift_max_m_mean": _mean([r.get("lift_max_m") for r in done]),
                 }
             )
+        out["answers"] = answer_totals(ok)
         return out
     with_ref = [r for r in ok if r.get("reference_available")]
     out["without_reference"] = [r["episode"] for r in ok if not r.get("reference_available")]
@@ -225,7 +246,9 @@ def _f(v: Any, nd: int = 3, unit: str = "") -> str:
 
 def format_aggregate(agg: dict[str, Any]) -> str:
     """The aggregate as text: per (policy, latency) success rate with its 95 % Wilson interval,
-    mean time to success, path length and largest switch jump (closed loop); or the mean action
+    mean time to success, path length and largest switch jump, and when the episodes asked a
+    checkable question the answers correct / asked and the accuracy, per group and overall
+    (closed loop); or the mean action
     error in joint units and normalised by each joint's recorded range, arms and grippers apart,
     next to the hold-the-state baseline (open loop). Failed episodes are listed with their error."""
     lines = [
@@ -233,18 +256,29 @@ def format_aggregate(agg: dict[str, Any]) -> str:
         f"{agg['completed']} completed, {len(agg['failed'])} failed"
     ]
     if agg["kind"] == CLOSED_LOOP:
+        asked = bool((agg.get("answers") or {}).get("answers_asked"))
         lines.append(
             f"  {'policy':<9} {'latency':>8} {'success':>9} {'rate':>6} {'95% Wilson':>15} "
-            f"{'t_success':>9} {'path rad':>8} {'max jump':>8}"
+            f"{'t_success':>9} {'path rad':>8} {'max jump':>8}" + (f" {'answers':>11} {'acc':>5}" if asked else "")
         )
         for g in agg["groups"]:
             ci = f"[{g['wilson95_low']:.2f}, {g['wilson95_high']:.2f}]" if g["wilson95_low"] is not None else "-"
+            acc = _f(g.get("answer_accuracy"), 2)
+            ans = f" {g.get('answers_correct', 0):>5}/{g.get('answers_asked', 0):<5} {acc:>5}"
             lines.append(
                 f"  {g['policy']:<9} {g['latency_ms']:>6g}ms {g['successes']:>4}/"
                 f"{g['completed']:<4} {_f(g['success_rate'], 2):>6} {ci:>15} "
                 f"{_f(g['time_to_success_s_mean'], 2, 's'):>9} {_f(g['path_length_rad_mean'], 2):>8} "
                 f"{_f(g['max_switch_jump_max'], 3):>8}"
+                + (ans if asked else "")
                 + (f"  ({g['failed']} failed, not in the rate)" if g["failed"] else "")
+            )
+        if asked:
+            a = agg["answers"]
+            lines.append(
+                f"  answers (all groups): {a['answers_correct']}/{a['answers_asked']} correct "
+                f"(accuracy {_f(a['answer_accuracy'], 2)}), {a['answers_answered']} answered, in "
+                f"{a['answer_episodes']} episodes; an unanswered ask counts as wrong"
             )
     else:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(agg.get("reference_kinds", {}).items()))

@@ -68,9 +68,17 @@ CLOSED_LOOP_METRICS = (
     "lift_max_m",
     "max_reward",
     "checks_failed",
+    "answers_asked",
+    "answers_answered",
+    "answers_correct",
+    "answer_accuracy",
+    "video",
 )
 """Closed-loop columns: the sim's success verdict and per-episode measures (see
-:mod:`oxygen_ros.sim.closed_loop.run`) and the names of the loop's failed safety checks."""
+:mod:`oxygen_ros.sim.closed_loop.run`), the names of the loop's failed safety checks, the scored
+answers of ``report['answers']`` (``None`` when the episode asked nothing checkable; the answers
+themselves are the row's ``answers`` list, in ``episodes.json`` only) and the episode's video file
+(``None`` without one)."""
 
 PID_FILE = "episode.pid"
 """Written in the episode folder when its process starts: the id of its process group (and the
@@ -145,9 +153,19 @@ def _closed_loop_metrics(out_dir: Path) -> tuple[dict[str, Any], str]:
         for k, v in (report.get("checks") or {}).items()
         if v is False or (isinstance(v, dict) and v.get("ok") is False)
     )
-    row = {k: ep.get(k) for k in CLOSED_LOOP_METRICS if k != "checks_failed"}
+    row = {k: ep.get(k) for k in CLOSED_LOOP_METRICS[: CLOSED_LOOP_METRICS.index("checks_failed")]}
     row["success"] = bool(ep.get("success", False))
     row["checks_failed"] = " ".join(failed)
+    answers = report.get("answers")
+    if isinstance(answers, dict):
+        for col, key in (("answers_asked", "asked"), ("answers_answered", "answered"), ("answers_correct", "correct")):
+            row[col] = int(answers.get(key) or 0)
+        row["answer_accuracy"] = _num(answers.get("accuracy"))
+        row["answers"] = [{k: it.get(k) for k in ("answer", "truth", "correct")} for it in answers.get("items") or []]
+    else:
+        row.update(answers_asked=None, answers_answered=None, answers_correct=None, answer_accuracy=None)
+    video = report.get("video") or {}
+    row["video"] = video.get("path")
     error = report.get("error") or ("" if ep else "the report has no episode section")
     return row, error
 

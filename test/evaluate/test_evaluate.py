@@ -447,3 +447,92 @@ def test_the_embedded_ray_starts_without_its_token_auth_warning(mode):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines()[-1] == f"RAY_AUTH_MODE={mode or 'token'} 42", r.stdout
     assert "Token authentication" not in r.stderr, r.stderr[-3000:]
+
+
+def test_closed_loop_episodes_pass_the_asks_and_the_video():
+    eps = closed_loop_episodes(range(2), "model", [0], 6.0, 300.0, [], "pi05-tiny", "Where is the cube?", 4, "first")
+    a0, a1 = eps[0].args, eps[1].args
+    assert a0[a0.index("--ask") + 1] == "Where is the cube?" and a0[a0.index("--ask-count") + 1] == "4"
+    assert a0[a0.index("--video") + 1] == "{out}/episode.mp4" and "--video" not in a1  # the first only
+    assert all("--video" in e.args for e in closed_loop_episodes(range(2), "model", [0], 6.0, 300.0, video="all"))
+    plain = closed_loop_episodes([0], "model", [0], 6.0, 300.0)[0].args
+    assert "--ask-count" not in plain and "--video" not in plain
+    with pytest.raises(EvaluateError, match="--ask-count"):
+        closed_loop_episodes([0], "model", [0], 6.0, 300.0, ask="Where is the cube?", ask_count=0)
+    with pytest.raises(EvaluateError, match="--video"):
+        closed_loop_episodes([0], "model", [0], 6.0, 300.0, video="some")
+
+
+def _answers_report(correct: list[bool]) -> dict:
+    return {
+        "asked": len(correct),
+        "answered": len(correct) - 1,
+        "correct": sum(correct),
+        "accuracy": sum(correct) / len(correct),
+        "items": [{"answer": "back left" if c else "front", "truth": "back left", "correct": c} for c in correct],
+    }
+
+
+def test_closed_loop_row_keeps_the_answers_and_the_video(tmp_path):
+    (tmp_path / "report.json").write_text(
+        json.dumps(
+            {
+                "episode": {"success": False, "seed": 1},
+                "checks": {},
+                "answers": {**_answers_report([True, False, False]), "question": "Where is the cube?"},
+                "video": {"path": str(tmp_path / "episode.mp4"), "frames": 10},
+            }
+        )
+    )
+    row = row_from_outputs(_ep(), tmp_path, 1, "", 12.0, False)
+    assert row["status"] == "ok"
+    assert (row["answers_asked"], row["answers_answered"], row["answers_correct"]) == (3, 2, 1)
+    assert row["answer_accuracy"] == pytest.approx(1 / 3) and row["video"] == str(tmp_path / "episode.mp4")
+    assert row["answers"][0] == {"answer": "back left", "truth": "back left", "correct": True}
+    (tmp_path / "report.json").write_text(json.dumps({"episode": {"success": True}, "checks": {}}))
+    row = row_from_outputs(_ep(), tmp_path, 0, "", 12.0, False)
+    assert row["answers_asked"] is None and row["answer_accuracy"] is None and row["video"] is None
+
+
+def test_aggregate_answer_accuracy_per_group_and_overall(tmp_path):
+    def row(i: int, lat: float, correct: int | None, status: str = "ok") -> dict:
+        r = {"episode": f"e{i}", "kind": CLOSED_LOOP, "policy": "model", "latency_ms": lat, "status": status}
+        if status == "ok":
+            r["success"] = i % 2 == 0
+            asked = None if correct is None else 4
+            r.update(answers_asked=asked, answers_answered=asked, answers_correct=correct)
+        return r
+
+    rows = [row(0, 0.0, 4), row(1, 0.0, 1), row(2, 0.0, None), row(3, 50.0, 0), row(4, 50.0, None, "failed")]
+    agg = aggregate(rows, CLOSED_LOOP)
+    g0, g50 = agg["groups"]
+    assert (g0["answer_episodes"], g0["answers_asked"], g0["answers_correct"]) == (2, 8, 5)
+    assert g0["answer_accuracy"] == pytest.approx(5 / 8) and g0["successes"] == 2
+    assert (g50["answers_asked"], g50["answer_accuracy"]) == (4, 0.0)  # the failed episode is not counted
+    assert agg["answers"]["answers_asked"] == 12 and agg["answers"]["answer_accuracy"] == pytest.approx(5 / 12)
+    text = format_aggregate(agg)
+    assert "answers" in text.splitlines()[1] and "5/8" in text and "0.62" in text
+    assert "answers (all groups): 5/12 correct (accuracy 0.42)" in text
+    plain = format_aggregate(aggregate([row(0, 0.0, None)], CLOSED_LOOP))
+    assert "answers" not in plain and aggregate([row(0, 0.0, None)], CLOSED_LOOP)["answers"]["answer_accuracy"] is None
+    folder = OutputFolder(tmp_path / "ev", {"kind": CLOSED_LOOP, "options": []})
+    rows[0]["answers"] = [{"answer": "back left", "truth": "back left", "correct": True}]
+    folder.write_table(rows, CLOSED_LOOP)
+    table = _table(tmp_path / "ev")
+    assert table[0]["answers_correct"] == "4" and "answers" not in table[0]  # the list: JSON only
+    assert json.loads((tmp_path / "ev" / "episodes.json").read_text())[0]["answers"][0]["correct"] is True
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--policy", "scripted", "--ask", "Where is the cube?"], "scripted policy answers no ask"),
+        (["--model", "pi05-tiny", "--ask", "What do you see?", "--ask-count", "3"], "checkable question"),
+        (["--model", "pi05-tiny", "--loop-arg=--video=x.mp4"], "evaluate sets --video itself"),
+        (["--model", "pi05-tiny", "--loop-arg=--ask-count=2"], "evaluate sets --ask-count itself"),
+    ],
+)
+def test_ask_and_video_options_refused_before_any_episode(tmp_path, capsys, extra, says):
+    pytest.importorskip("ray")
+    assert evaluate_main(["closed-loop", "--episodes", "1", "--out", str(tmp_path / "o"), *extra]) == 2
+    assert says in capsys.readouterr().err

@@ -353,6 +353,12 @@ def test_policy_defaults_and_the_episode_line():
         (["--policy", "scripted", "--latency-ms", "-5"], "must be >= 0"),
         (["--policy", "scripted", "--episode-s", "-1"], "must be >= 0"),
         (["--policy", "scripted", "--lift-height-m", "0"], "--lift-height-m must be > 0"),
+        (["--ask-count", "3"], "needs episode mode (--episode-s) and --ask 'Where is the cube?'"),
+        (["--episode-s", "5", "--ask", "What do you see?", "--ask-count", "2"], "needs episode mode"),
+        (["--episode-s", "5", "--ask", "Where is the cube?", "--ask-count", "0"], "--ask-count and"),
+        (["--episode-s", "5", "--ask", "Where is the cube?", "--ask-before-s", "0"], "--ask-before-s > 0"),
+        (["--policy", "scripted", "--episode-s", "5", "--ask-count", "2"], "scripted policy answers no ask"),
+        (["--video", "episode.gif"], "--video must name an .mp4 file"),
     ],
 )
 def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says, capsys):
@@ -394,3 +400,39 @@ def test_a_success_after_the_episode_limit_is_not_counted():
     watch = EpisodeWatch(12.0)
     assert watch.done(Monitor(on_time)) and watch.ended_by == "success"
     assert episode_report(args, on_time, "success")["time_to_success_s"] == pytest.approx(11.9)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_episode_asks_are_scored_and_filmed(tmp_path):
+    """Episode mode with pi05-tiny: 'Where is the cube?' asked 3 times a few chunks apart while
+    the cube rests, every answer scored against the seed's initial region (random weights: wrong,
+    but answered), and the top camera written to an MP4 with overlays."""
+    cv2 = pytest.importorskip("cv2")
+    from oxygen_ros.sim.task.answers import seed_cube_region
+
+    video = tmp_path / "episode.mp4"
+    report, output, rc = _run_loop(
+        tmp_path,
+        *("--episode-s", "3", "--seed", "2", "--ask", "Where is the cube?", "--ask-count", "3"),
+        *("--video", str(video)),
+    )
+    print(output)
+    assert rc == 1, output  # no success with random weights; every other check passes
+    assert [k for k, v in report["checks"].items() if not v] == ["episode_success"]
+    a = report["answers"]
+    assert a["truth"] == seed_cube_region(2) and a["requested"] == a["asked"] == 3
+    frames = [s["at_frame"] for s in a["sent"]]
+    assert all(b - f >= 3 for f, b in zip(frames, frames[1:], strict=False))
+    assert all(s["episode_time_s"] is None or s["episode_time_s"] < 3.0 for s in a["sent"])
+    assert a["answered"] == 3 and len(a["items"]) == 3 and a["unmatched"] == 0
+    assert a["accuracy"] == a["correct"] / 3 and all(it["truth"] == a["truth"] for it in a["items"])
+    assert "  answers          : " in output
+    v = report["video"]
+    assert v["path"] == str(video) and v["frames"] >= 20 and v["error"] == ""
+    cap = cv2.VideoCapture(str(video))
+    n = 0
+    while cap.read()[0]:
+        n += 1
+    cap.release()
+    assert n == v["frames"]

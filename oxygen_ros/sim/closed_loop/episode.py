@@ -10,7 +10,10 @@ until it is stopped), or from the last one when the run ended otherwise (error, 
 ``--policy scripted``: the oracle (:mod:`oxygen_ros.sim.task.policy_node`) instead of the oxygen
 node, with the sim's seed, ``--latency-ms``, the oxygen node's horizon (50) and the sim's control
 period; the sim then renders only what the oracle needs (one small ``top`` camera image per
-chunk trigger).
+chunk trigger; with ``--video`` the sim's default size, for the video).
+
+Asks in episode mode: ``--ask-count`` (and its schedule) is checked here too; the schedule itself
+and the scoring rule are in :mod:`oxygen_ros.sim.closed_loop.asks`.
 """
 
 from __future__ import annotations
@@ -67,7 +70,11 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """Why the episode arguments cannot run (None when they can): an added latency is the scripted
-    policy's (the model's latency is its own, never silently ignored), and the numbers' ranges."""
+    policy's (the model's latency is its own, never silently ignored), the numbers' ranges, a
+    repeated ask only in episode mode and only for the checkable question, a video only as MP4."""
+    from oxygen_ros.sim.closed_loop.asks import is_checkable
+    from oxygen_ros.sim.task.language import CUBE_QUESTION
+
     if args.latency_ms and args.policy != "scripted":
         return (
             f"--latency-ms {args.latency_ms:g} applies to --policy scripted only (the model's "
@@ -77,6 +84,20 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return f"--latency-ms and --episode-s must be >= 0, got {args.latency_ms:g}, {args.episode_s:g}"
     if not args.lift_height_m > 0 or args.lift_hold_s < 0:
         return f"--lift-height-m must be > 0 and --lift-hold-s >= 0, got {args.lift_height_m:g}, {args.lift_hold_s:g}"
+    if args.ask_count < 1 or args.ask_every_frames < 1 or not args.ask_before_s > 0:
+        return (
+            f"--ask-count and --ask-every-frames must be >= 1 and --ask-before-s > 0, got "
+            f"{args.ask_count}, {args.ask_every_frames}, {args.ask_before_s:g}"
+        )
+    if args.ask_count > 1 and args.policy == "scripted":
+        return f"--ask-count {args.ask_count}: the scripted policy answers no ask (use --policy model)"
+    if args.ask_count > 1 and not (args.episode_s > 0 and is_checkable(args.ask or "")):
+        return (
+            f"--ask-count {args.ask_count} needs episode mode (--episode-s) and --ask {CUBE_QUESTION!r} "
+            "(the one question with a checkable answer)"
+        )
+    if args.video and not str(args.video).lower().endswith(".mp4"):
+        return f"--video must name an .mp4 file, got {args.video!r}"
     return None
 
 
@@ -85,16 +106,9 @@ def sim_task_params(args: argparse.Namespace) -> list[str]:
     camera (only its stamps matter); in episode mode a faster status."""
     out = ["-p", f"lift_height_m:={args.lift_height_m}", "-p", f"lift_hold_s:={args.lift_hold_s}"]
     if args.policy == "scripted":
-        out += [
-            "-p",
-            f"cameras:=[{ORACLE_CAMERA[0]}]",
-            "-p",
-            f"camera_topics:=[{ORACLE_CAMERA[1]}]",
-            "-p",
-            "image_width:=32",
-            "-p",
-            "image_height:=24",
-        ]
+        out += ["-p", f"cameras:=[{ORACLE_CAMERA[0]}]", "-p", f"camera_topics:=[{ORACLE_CAMERA[1]}]"]
+        if not getattr(args, "video", ""):  # only the stamps matter to the oracle; a video wants pixels
+            out += ["-p", "image_width:=32", "-p", "image_height:=24"]
     if args.episode_s > 0:
         out += ["-p", "diagnostics_period_s:=0.2"]
     return out

@@ -1,10 +1,12 @@
 """The closed-loop script's ROS listener: chunks, executed commands, joint states, text and
-diagnostics of the sim and oxygen nodes, collected in a background thread."""
+diagnostics of the sim and oxygen nodes, collected in a background thread; optionally the top
+camera's frames, handed decoded to a callback (the episode video)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,10 @@ class LoopMonitor:
         delta_topic / text_topic: the conversation task's outputs.
         action_topic: the chunk topic.
         oxygen_status: name of the oxygen node's inference status on ``/diagnostics``.
+        camera_topic / on_frame: with both, every ``CompressedImage`` on ``camera_topic`` is
+            decoded to RGB and passed to ``on_frame(stamp_s, rgb)`` in the monitor's thread (outside
+            its lock: the callback may query the monitor); an undecodable frame is counted in
+            ``bad_frames``.
     """
 
     def __init__(
@@ -31,6 +37,8 @@ class LoopMonitor:
         text_topic: str = "conversation/text",
         action_topic: str = "action_chunk",
         oxygen_status: str = "oxygen: inference",
+        camera_topic: str | None = None,
+        on_frame: Callable[[float, np.ndarray], None] | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -57,7 +65,14 @@ class LoopMonitor:
         self.executed: list[tuple[float, str, np.ndarray]] = []  # (stamp, state, positions)
         self.joint_first: np.ndarray | None = None
         self.joint_max_dev = 0.0
+        self.frames = 0
+        self.bad_frames = 0
+        self._on_frame = on_frame
         n = self.node
+        if camera_topic and on_frame is not None:
+            from sensor_msgs.msg import CompressedImage
+
+            n.create_subscription(CompressedImage, camera_topic, self._on_image, sensor_data_qos(5))
         n.create_subscription(JointTrajectory, action_topic, self._on_chunk, reliable_qos(100))
         n.create_subscription(String, delta_topic, lambda m: self._text(self.deltas, m), text_qos())
         n.create_subscription(String, text_topic, lambda m: self._text(self.texts, m), text_qos())
@@ -96,6 +111,21 @@ class LoopMonitor:
                 values = {kv.key: kv.value for kv in st.values}
                 self.diags.setdefault(st.name, []).append((now, values, st.level[0], st.message))
 
+    def _on_image(self, msg: Any) -> None:
+        from oxygen_ros.ros.convert.images import ImageConversionError, compressed_to_rgb
+
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        try:
+            rgb = compressed_to_rgb(msg)
+        except ImageConversionError:
+            with self._lock:
+                self.bad_frames += 1
+            return
+        with self._lock:
+            self.frames += 1
+        if self._on_frame is not None:
+            self._on_frame(stamp, rgb)
+
     def _on_executed(self, msg: Any) -> None:
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         with self._lock:
@@ -127,6 +157,19 @@ class LoopMonitor:
     def n_diags(self, name: str) -> int:
         with self._lock:
             return len(self.diags.get(name, []))
+
+    def text_messages(self) -> list[str]:
+        """The finished utterances (and notices) on the text topic so far, in arrival order."""
+        with self._lock:
+            return [t for _, t in self.texts]
+
+    def latest_text(self) -> str:
+        """The utterance streaming now (its deltas since the last finished text), else the last
+        finished text ("" when none)."""
+        with self._lock:
+            t_last = self.texts[-1][0] if self.texts else -1.0
+            live = "".join(d for t, d in self.deltas if t > t_last)
+            return live or (self.texts[-1][1] if self.texts else "")
 
     def ask(self, text: str) -> bool:
         """Publish an ask once the answer cannot be lost on the way: the oxygen node's ask

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["num", "command_safety", "checks", "episode_line", "format_report", "switch_line"]
+__all__ = ["answers_line", "num", "command_safety", "checks", "episode_line", "format_report", "switch_line"]
 
 
 def rtc_line(rtc: dict[str, str]) -> str:
@@ -84,6 +84,8 @@ def checks(args: argparse.Namespace, report: dict[str, Any]) -> None:
         c["resumed_after_restart"] = bool(k.get("resumed"))
     if episode:
         c["episode_success"] = bool(report.get("episode", {}).get("success"))
+    if getattr(args, "video", ""):
+        c["video_written"] = bool((report.get("video") or {}).get("frames"))
     report["ok"] = all(c.values())
 
 
@@ -122,6 +124,16 @@ def episode_line(e: dict[str, Any]) -> str:
         f"{f(e['episode_s'])} s, lift max {f(e['lift_max_m'], 3)} m, max reward "
         f"{f(e['max_reward'])}, path {f(e['path_length_rad'])} rad (grippers "
         f"{f(e['gripper_path_length'])}), max switch jump {f(e['max_switch_jump'], 4)}"
+    )
+
+
+def answers_line(a: dict[str, Any]) -> str:
+    """``report['answers']`` in one report line."""
+    acc = "n/a" if a.get("accuracy") is None else f"{a['accuracy']:.2f}"
+    extra = f", {a['requested'] - a['asked']} not sent (episode time limit)" if a["requested"] > a["asked"] else ""
+    return (
+        f"  answers          : {a['correct']}/{a['asked']} correct (accuracy {acc}), {a['answered']} "
+        f"answered, truth {a['truth']!r}{extra}; unmatched texts {a.get('unmatched', 0)}"
     )
 
 
@@ -172,6 +184,17 @@ def format_report(r: dict[str, Any]) -> str:
             f"  language         : ask {r['ask']['text']!r} at frame "
             f"{r['ask']['at_frame']} -> {lang['deltas']} deltas, text "
             f"{lang['text'][:60]!r}"
+        )
+    if "answers" in r:
+        lines.append(answers_line(r["answers"]))
+        for it in r["answers"]["items"][:5]:
+            lines.append(f"    {'ok ' if it['correct'] else 'NO '} {str(it['answer'])[:80]!r}")
+    if "video" in r:
+        v = r["video"]
+        lines.append(
+            f"  video            : {v['path'] or 'not written'} ({v['frames']} frames, {v['dropped']} dropped"
+            + (f"; {v['error']}" if v.get("error") else "")
+            + ")"
         )
     if "kill" in r:
         k = r["kill"]

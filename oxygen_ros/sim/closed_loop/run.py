@@ -26,7 +26,14 @@ the node after ``--hold-s`` seconds and waits until the loop runs again
 ``--policy scripted`` runs the scripted oracle (``scripted_policy``, the sim's pick-and-lift with
 ``--latency-ms``) instead of the oxygen node; ``--episode-s T`` ends the run at task success or T
 sim seconds into the episode and adds ``report['episode']`` (see
-:mod:`oxygen_ros.sim.closed_loop.episode`).
+:mod:`oxygen_ros.sim.closed_loop.episode`). In episode mode ``--ask "Where is the cube?"
+--ask-count N`` sends that checkable ask N times while the arm reaches and adds
+``report['answers']`` (asked, answered, correct, accuracy, one item per ask) scored against the
+seed's initial cube region (rule: :mod:`oxygen_ros.sim.closed_loop.asks`).
+
+``--video PATH.mp4`` writes the top camera (``cam_high/image_raw/compressed``) with sim/episode
+time, a new-chunk marker and the latest streamed answer drawn on it, frame by frame
+(:mod:`oxygen_ros.sim.closed_loop.video`); ``report['video']`` says how many frames.
 
 Exit status: 0 when every check passed, 1 otherwise (the report says which failed), 2 for bad
 arguments. Example::
@@ -46,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from oxygen_ros.sim.closed_loop.asks import AskSchedule, answers_report, is_checkable
 from oxygen_ros.sim.closed_loop.episode import (
     EpisodeWatch,
     argument_problem,
@@ -64,11 +72,15 @@ from oxygen_ros.sim.closed_loop.processes import (
     wait_for,
 )
 from oxygen_ros.sim.closed_loop.report import checks, command_safety, format_report, num
+from oxygen_ros.sim.closed_loop.video import EpisodeVideo
+from oxygen_ros.sim.task.answers import latest_answer_text
+from oxygen_ros.sim.task.language import CUBE_QUESTION
 
 __all__ = ["LoopMonitor", "main", "run_loop"]
 
 SIM_STATUS = "aloha_sim: executor"
 OXYGEN_STATUS = "oxygen: inference"
+VIDEO_CAMERA_TOPIC = "cam_high/image_raw/compressed"
 
 
 def run_loop(
@@ -159,7 +171,28 @@ def run_loop(
         "logs": str(log_dir),
         "checks": {},
     }
-    monitor = LoopMonitor(domain_id)
+    schedule = _ask_schedule(args)
+    truth = ""
+    if schedule is not None and args.episode_s > 0 and is_checkable(args.ask):
+        from oxygen_ros.sim.task.answers import seed_cube_region
+
+        truth = seed_cube_region(args.seed)  # the sim's first episode uses the seed itself
+    video = EpisodeVideo(args.video, args.camera_rate_hz if args.camera_rate_hz > 0 else 10.0) if args.video else None
+    holder: list[LoopMonitor] = []
+
+    def on_frame(stamp: float, rgb: Any) -> None:
+        if video is None or not holder:
+            return
+        mon = holder[0]
+        sim_status = mon.last_diag(SIM_STATUS)
+        ep_t = num(sim_status, "episode_time_s") if sim_status.get("episode_started") == "True" else math.nan
+        answer = latest_answer_text(mon.latest_text())
+        video.add(rgb, video.frame_info(stamp, ep_t, mon.n_chunks(), answer))
+
+    monitor = LoopMonitor(
+        domain_id, camera_topic=VIDEO_CAMERA_TOPIC if video else None, on_frame=on_frame if video else None
+    )
+    holder.append(monitor)
     procs: list[ChildProcess] = []
     oxygen_runs: list[ChildProcess] = []
     t_start = time.monotonic()
@@ -185,16 +218,19 @@ def run_loop(
             raise RuntimeError(f"no action chunk within {args.timeout:g} s" + (f" ({died()} exited)" if died() else ""))
         echo(f"first chunk after {report['startup_s']} s; running ...")
         t_first = time.monotonic()
-        ask_at = args.ask_at_frame if args.ask_at_frame >= 0 else max(1, args.frames // 3)
         asked_at = None
         killed = None
         frames_before_restart = 0
         while True:
             n = monitor.n_chunks()
-            if args.ask and asked_at is None and n >= ask_at and monitor.ask(args.ask):
-                asked_at = time.monotonic()
-                report["ask"] = {"text": args.ask, "at_frame": n}
-                echo(f"frame {n}: asked {args.ask!r}")
+            if schedule is not None:
+                sim_status = monitor.last_diag(SIM_STATUS)
+                ep_t = num(sim_status, "episode_time_s")
+                if schedule.due(n, sim_status.get("episode_started") == "True", ep_t) and monitor.ask(args.ask):
+                    schedule.mark_sent(n, ep_t)
+                    asked_at = time.monotonic()
+                    report.setdefault("ask", {"text": args.ask, "at_frame": n})["count"] = len(schedule.sent)
+                    echo(f"frame {n}: asked {args.ask!r} ({len(schedule.sent)} of {schedule.count})")
             if args.kill_at_frame > 0 and killed is None and n >= args.kill_at_frame:
                 killed = _kill_and_restart(args, monitor, oxygen_runs, procs, oxy_cmd, env, log_dir, report, echo)
                 frames_before_restart = monitor.n_chunks()
@@ -204,7 +240,7 @@ def run_loop(
             if watch is not None and watch.done(monitor):
                 echo(f"episode over: {watch.ended_by}")
                 break
-            if watch is None and n >= target and (not args.ask or asked_at is not None):
+            if watch is None and n >= target and (schedule is None or asked_at is not None):
                 break
             if died():
                 raise RuntimeError(f"{died()} exited during the run")
@@ -216,8 +252,13 @@ def run_loop(
                 )
             time.sleep(0.05)
         t_done = time.monotonic()
-        if asked_at is not None:  # let the answer finish streaming (bounded)
-            wait_for(lambda: monitor.texts, min(args.text_wait_s, max(0.0, deadline - t_done)))
+        if schedule is not None and asked_at is not None:  # let the answers finish streaming (bounded)
+            wait_s = min(args.text_wait_s, max(0.0, deadline - t_done))
+            if truth:
+                sent = len(schedule.sent)
+                wait_for(lambda: _answers_in(monitor, schedule, truth, args.ask) >= sent, wait_s)
+            else:
+                wait_for(lambda: monitor.texts, wait_s)
         # one more status of each node after the last frame
         n_sim, n_oxy = monitor.n_diags(SIM_STATUS), monitor.n_diags(OXYGEN_STATUS)
         wait_for(
@@ -238,9 +279,30 @@ def run_loop(
         report["wall_s"] = round(time.monotonic() - t_start, 2)
         if watch is not None:
             report["episode"] = episode_report(args, watch.final or monitor.last_diag(SIM_STATUS), watch.ended_by)
+        monitor.close()  # no frame callback after this
+        if video is not None:
+            report["video"] = video.close()
+        if schedule is not None and truth:
+            report["answers"] = answers_report(schedule, monitor.text_messages(), truth, args.ask)
         _summarise(args, monitor, report, procs)
-        monitor.close()
     return report
+
+
+def _ask_schedule(args: argparse.Namespace) -> AskSchedule | None:
+    """The asks of this run (None without ``--ask``): in frames mode one ask at
+    ``--ask-at-frame`` (default frames/3); in episode mode ``--ask-count`` asks from
+    ``--ask-at-frame`` (default 1), ``--ask-every-frames`` apart, before ``--ask-before-s``."""
+    if not args.ask:
+        return None
+    if args.episode_s > 0:
+        first = args.ask_at_frame if args.ask_at_frame >= 0 else 1
+        return AskSchedule(args.ask_count, first, args.ask_every_frames, args.ask_before_s)
+    return AskSchedule(1, args.ask_at_frame if args.ask_at_frame >= 0 else max(1, args.frames // 3))
+
+
+def _answers_in(monitor: LoopMonitor, schedule: AskSchedule, truth: str, question: str) -> int:
+    """How many asks of ``schedule`` have an answer on the text topic so far."""
+    return int(answers_report(schedule, monitor.text_messages(), truth, question)["answered"])
 
 
 def _kill_and_restart(
@@ -421,7 +483,28 @@ def build_parser() -> argparse.ArgumentParser:
         help='ask sent mid-run ("" = none; default \'What do '
         "you see?', none with the scripted policy or in episode mode)",
     )
-    ap.add_argument("--ask-at-frame", type=int, default=-1, help="frame of the ask (frames/3)")
+    ap.add_argument(
+        "--ask-at-frame", type=int, default=-1, help="frame of the (first) ask (frames/3; 1 in episode mode)"
+    )
+    ap.add_argument(
+        "--ask-count",
+        type=int,
+        default=1,
+        help=f"episode mode: send the ask this many times and score the answers; >1 only for {CUBE_QUESTION!r} (1)",
+    )
+    ap.add_argument("--ask-every-frames", type=int, default=3, help="episode mode: chunks between the asks (3)")
+    ap.add_argument(
+        "--ask-before-s",
+        type=float,
+        default=3.0,
+        help="episode mode: no ask once the episode is this many sim seconds old (the cube still rests; 3.0)",
+    )
+    ap.add_argument(
+        "--video",
+        default="",
+        metavar="PATH.mp4",
+        help="write the top camera with time, chunk and answer overlays to this MP4 file",
+    )
     ap.add_argument(
         "--text-wait-s", type=float, default=10.0, help="longest wait for the answer to finish after the last frame"
     )
