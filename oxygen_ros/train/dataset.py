@@ -131,11 +131,11 @@ def read_episode(
     topics = [*cam_topic.values(), JOINT_STATES_TOPIC, COMMAND_TOPIC, *texts]
     state_at: dict[int, np.ndarray] = {}
     commands: list[np.ndarray] = []
-    images: dict[int, dict[str, np.ndarray]] = {}
+    images: dict[int, dict[str, np.ndarray | None]] = {}
     text: dict[str, dict[int, str]] = {t: {} for t in texts}
     try:
         with BagInput(folder) as bag:
-            missing = [t for t in topics if t not in bag.topics]
+            missing = [t for t in topics if t not in bag.topics or bag.topics[t].count == 0]
             if missing:
                 raise DemoError(f"{folder}: topics {missing} missing (recorded with `record_demos`?)")
             for topic, stamp, raw in bag.messages(topics):

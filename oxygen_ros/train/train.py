@@ -143,10 +143,15 @@ class _Batcher:
         )
 
 
-def _lr_at(step: int, cfg: TrainConfig) -> float:
+def _lr_at(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
+    """Linear warm-up over ``warmup_steps``, then cosine decay to 10 % of ``lr`` at the end of the
+    run: the last step, or ``time_limit_s`` when that comes first (progress is the larger of the
+    two fractions, so a run cut by its time limit still ends annealed)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    if cfg.time_limit_s > 0:
+        progress = max(progress, elapsed_s / cfg.time_limit_s)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -164,7 +169,7 @@ def held_out_error(policy: Any, data: DemoData, rows: np.ndarray, seed: int = 0)
     model_err, hold_err = [], []
     gen = torch.Generator().manual_seed(seed)
     for row in rows:
-        imgs = {
+        imgs: dict[str, np.ndarray | None] = {
             s: np.ascontiguousarray(data.images[row, i].transpose(1, 2, 0))
             for i, s in enumerate(policy.cfg.image_slots)
             if s in slots and data.image_masks[row, i]
@@ -241,11 +246,13 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     log: list[dict[str, float]] = []
     acc = {"loss": 0.0, "flow": 0.0, "text": 0.0, "text_accuracy": 0.0}
     n_acc = 0
+    t_train = time.perf_counter()  # the time limit counts optimisation only, not reading the data
     bar = tqdm(range(cfg.steps), desc=f"training {cfg.preset}", unit="step", disable=not progress)
     step = 0
     for step in bar:
+        lr = _lr_at(step, cfg, time.perf_counter() - t_train)
         for g in opt.param_groups:
-            g["lr"] = _lr_at(step, cfg)
+            g["lr"] = lr
         rows = rng.choice(train_rows, size=cfg.batch_size)
         batch = batcher.batch(rows, rng)
         noise = torch.randn(cfg.batch_size, model_cfg.action_horizon, model_cfg.action_dim, generator=gen)
@@ -258,7 +265,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
             acc[k] += float(getattr(parts, k).detach())
         n_acc += 1
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-            entry = {"step": float(step + 1), "wall_s": time.perf_counter() - t_start, "lr": _lr_at(step, cfg)}
+            entry = {"step": float(step + 1), "wall_s": time.perf_counter() - t_start, "lr": lr}
             entry.update({k: v / n_acc for k, v in acc.items()})
             log.append(entry)
             bar.set_postfix(flow=f"{entry['flow']:.4f}", text=f"{entry['text']:.3f}")
@@ -270,7 +277,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
                 )
             acc = dict.fromkeys(acc, 0.0)
             n_acc = 0
-        if cfg.time_limit_s > 0 and time.perf_counter() - t_start > cfg.time_limit_s:
+        if cfg.time_limit_s > 0 and time.perf_counter() - t_train > cfg.time_limit_s:
             break
     steps_done = step + 1
     model.eval()
@@ -315,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--held-out", type=int, default=d.held_out, help="last episodes kept out of training")
     p.add_argument("--max-episodes", type=int, default=0, help="use only the first N episodes (0: all)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--time-limit", type=float, default=0.0, help="stop after this many seconds (0: none)")
+    p.add_argument(
+        "--time-limit", type=float, default=0.0, help="stop optimising after this many seconds, annealed (0: none)"
+    )
     return p
 
 
