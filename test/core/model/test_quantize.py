@@ -98,21 +98,36 @@ def test_int8_actions_and_logits_close_to_fp32(fp32, int8):
     assert fp32.generate_text(obs, max_new_tokens=12).token_ids == int8.generate_text(obs, max_new_tokens=12).token_ids
 
 
-def test_int8_runs_in_the_engine_eagerly(int8):
+def _engine_chunks(policy: Pi05Policy, compile_mode: str, frames: int) -> list[np.ndarray]:
     task = TaskConfig("conversation", "Q: {text} A: ", max_new_tokens=4)
-    eng = make_engine(int8, EngineConfig(tasks=(task,), tokens_per_frame=2, num_denoise_steps=3, compile="none"))
+    cfg = EngineConfig(tasks=(task,), tokens_per_frame=2, num_denoise_steps=3, compile=compile_mode)
+    eng = make_engine(policy, cfg)
+    chunks = []
     try:
         eng.submit_request("conversation", "what do you see?")
-        chunks = []
-        for f in range(4):
-            eng.submit_observation(_observation(int8, f))
+        for f in range(frames):
+            eng.submit_observation(_observation(policy, f))
             r = eng.step()
             assert not r.error, r.error
             chunks.append(r.action.actions)
         eng.check_invariants()
     finally:
         eng.close()
-    assert all(np.isfinite(c).all() for c in chunks)
+    return chunks
+
+
+def test_int8_runs_in_the_engine_eagerly(int8):
+    chunks = _engine_chunks(int8, "none", 4)
+    assert len(chunks) == 4 and all(np.isfinite(c).all() for c in chunks)
+
+
+@pytest.mark.slow
+def test_int8_compiled_matches_int8_eager(int8):
+    """torch.compile (``compile: default``) traces torchao's Int8Tensor: same chunks as eager."""
+    eager = _engine_chunks(int8, "none", 2)
+    compiled = _engine_chunks(int8, "default", 2)
+    for a, b in zip(eager, compiled):
+        np.testing.assert_allclose(b, a, atol=1e-3, rtol=0)
 
 
 def test_default_and_fp32_are_bit_identical_to_the_unquantized_build(fp32):
