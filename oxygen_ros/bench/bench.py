@@ -13,6 +13,8 @@ every frame) so that load drift on a shared machine hits all three alike. Writes
     bench schedules --quick   # serial vs concurrent schedule, with / without language (issue 13)
     bench rtc              # real-time chunking's cost: denoise and chunk latency, RTC on ÷ off
     bench overhead         # what the engine adds to one chunk, against the single-request policy
+    bench quant            # weight formats (int8 / fp8 / int4 vs fp32 or bf16): accuracy and paired speed
+    bench --quick --weights int8           # any sweep with the Gemma projections int8 weight-only
 """
 
 from __future__ import annotations
@@ -398,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA).
     ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`),
     ``bench rtc …`` the cost of real-time chunking (:mod:`.rtc`), ``bench roofline …`` the roofline
-    floor of each stage per device and weight format (:mod:`.roofline`)."""
+    floor of each stage per device and weight format (:mod:`.roofline`), ``bench quant …`` the
+    accuracy and speed of each weight format (:mod:`.quant`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["schedules"]:
         from .schedule import main as schedules
