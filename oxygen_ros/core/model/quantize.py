@@ -16,16 +16,15 @@ format    stored weights of the quantized layers            runs on
 
 **Which layers.** The ``nn.Linear`` projections of every Mixture-of-Transformers layer of the VLM
 (Gemma 2B) and of the action expert (Gemma 300M): ``self_attn.{q,k,v,o}_proj`` and
-``mlp.{gate,up,down}_proj`` — :func:`quantizable_linears`: every Gemma weight read per decode step
-except the tied embedding / LM head. Kept in
-the float dtype, as the references keep them (openpi ``to_bfloat16_for_selected_params`` keeps the
-norms fp32; the int8/fp8 π0 deployments quantize the transformer blocks only): the token embedding,
-which is also the tied LM head; the RMS / adaRMS norms (their ``dense`` is a ``Linear`` but a norm
-parameter); the action in/out projections and the time MLP (small, and on the path of every
-denoise step's output); and the whole SigLIP vision tower with its projector. The vision tower
-runs once per frame over 256 tokens per camera, a compute-bound stage where a weight-only format
-saves little time, and it is the stage most sensitive to precision in the references; it stays in
-the model dtype.
+``mlp.{gate,up,down}_proj`` — :func:`quantizable_linears`: the matmul weights of the Gemma layers
+(weights ``[out, in]``), the bulk of what every prefill, denoise and decode step reads. Kept in the
+float dtype: the token embedding, which is also the tied LM head; the RMS / adaRMS norms (their
+``dense`` is a ``Linear`` but a norm parameter, kept fp32 under bf16 as openpi's
+``to_bfloat16_for_selected_params`` keeps the norms); the action in/out projections and the time
+MLP (small, and on the path of every denoise step's output); and the whole SigLIP vision tower with
+its projector. The vision tower runs once per frame over 256 tokens per camera, a compute-bound
+stage where a weight-only format saves little time; it stays in the model dtype (a separate flag
+for it is left for when a GPU measurement says it pays).
 
 **Where it runs.** torchao 0.18 has no packed int4 kernel for the CPU (its tinygemm layout needs
 CUDA compute capability ≥ 8, the ``plain`` layout needs CUDA kernels), and its float8 weight-only
