@@ -13,6 +13,8 @@ every frame) so that load drift on a shared machine hits all three alike. Writes
     bench schedules --quick   # serial vs concurrent schedule, with / without language (issue 13)
     bench rtc              # real-time chunking's cost: denoise and chunk latency, RTC on ÷ off
     bench overhead         # what the engine adds to one chunk, against the single-request policy
+    bench quant            # weight formats (int8 / fp8 / int4 vs fp32 or bf16): accuracy and paired speed
+    bench --quick --weights int8           # any sweep with the Gemma projections int8 weight-only
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.config import COMPILE_MODES, EngineConfig, TaskConfig
+from ..core.config import COMPILE_MODES, WEIGHT_FORMATS, EngineConfig, TaskConfig
 from .report import MODES, add_ratios, check_targets, markdown, missing_fields, summarize_mode
 from .workload import BenchPoint, arrival_schedule, observations, paper_sweep, product_points
 
@@ -71,6 +73,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--preset", help="model preset (default pi05-small on CPU, pi05 on CUDA)")
     ap.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda if available)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default fp32 CPU / bf16 CUDA")
+    ap.add_argument(
+        "--weights",
+        choices=WEIGHT_FORMATS,
+        help="weight format of the Gemma projections (default: the dtype's floats; int8 / fp8 / int4: torchao "
+        "weight-only, fp8 and int4 on CUDA only)",
+    )
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--layouts", nargs="+", choices=["libero", "droid", "aloha"])
     ap.add_argument("--steps", nargs="+", type=int, help="denoise steps S")
@@ -272,10 +280,13 @@ def run_point(
     return {"point": pt.to_dict(), "prefix_tokens": prefix_tokens, "cost_model": costs.to_dict(), "modes": runs}
 
 
-def limits(policy: Pi05Policy, device: Any, dtype: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
+def limits(
+    policy: Pi05Policy, device: Any, dtype: Any, results: list[dict[str, Any]], weights: str = ""
+) -> dict[str, Any]:
     """Every point's cost-model stage times beside their roofline floors on this device
     (:func:`~.roofline.against_floor`): the CPU probed now (~2 s), a CUDA device by its name in
-    ``bench roofline``'s table. ``{"device": None, "note": ...}`` when the device is not there."""
+    ``bench roofline``'s table. ``{"device": None, "note": ...}`` when the device is not there.
+    ``weights``: the run's quantized weight format (``int8``/``fp8``/``int4``), else the dtype's."""
     import torch
 
     from .roofline import Workload, against_floor, device_spec
@@ -285,7 +296,7 @@ def limits(policy: Pi05Policy, device: Any, dtype: Any, results: list[dict[str, 
     spec = device_spec(device.type, name)
     if spec is None:
         return {"device": None, "note": f"{name} is not in bench roofline's device table"}
-    fmt = "fp32" if dtype == torch.float32 else "bf16"
+    fmt = weight_format(weights, dtype == torch.float32)
     cfg = policy.cfg
     points = {}
     for res in results:
@@ -302,6 +313,12 @@ def limits(policy: Pi05Policy, device: Any, dtype: Any, results: list[dict[str, 
         )
         points[pt["key"]] = against_floor(cfg, spec, fmt, w, cm["costs"])
     return {"device": spec.name, "note": spec.note, "format": fmt, "points": points}
+
+
+def weight_format(weights: str, fp32: bool) -> str:
+    """The roofline weight format of a run: its quantized ``weights`` format, else ``fp32`` for an
+    fp32 model and ``bf16`` for a 16-bit one."""
+    return weights if weights in ("fp8", "int8", "int4") else ("fp32" if fp32 else "bf16")
 
 
 def warm_up(policy: Pi05Policy, layout: str, modes: list[str]) -> None:
@@ -383,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (2: bad environment, e.g. ``--gpu`` without CUDA).
     ``bench schedules …`` runs the serial-vs-concurrent schedule comparison (:mod:`.schedule`),
     ``bench rtc …`` the cost of real-time chunking (:mod:`.rtc`), ``bench roofline …`` the roofline
-    floor of each stage per device and weight format (:mod:`.roofline`)."""
+    floor of each stage per device and weight format (:mod:`.roofline`), ``bench quant …`` the
+    accuracy and speed of each weight format (:mod:`.quant`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["schedules"]:
         from .schedule import main as schedules
@@ -401,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         from .roofline import main as roofline
 
         return roofline(args[1:])
+    if args[:1] == ["quant"]:
+        from .quant import main as quant
+
+        return quant(args[1:])
     a = parse_args(argv)
     import torch
 
@@ -424,14 +446,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     preset = a.preset or ("pi05" if device.type == "cuda" else "pi05-small")
-    dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    from ..core.model.quantize import WeightFormatError, resolve_dtype
+
+    try:  # --weights fp32 / bf16 / int4 pick the dtype; a contradicting --dtype or device is refused
+        dtype = resolve_dtype(a.weights or "", getattr(torch, a.dtype) if a.dtype else None, device)
+    except WeightFormatError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     out = a.out or Path("out/bench") / f"{a.profile}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     env = environment(device, dtype)
     warnings = _load_warning(env) if device.type == "cpu" else []
     policy = Pi05Policy.from_pretrained(
-        preset, device=device, dtype=dtype, seed=a.seed, config_overrides={"action_horizon": a.horizon}
+        preset,
+        device=device,
+        dtype=dtype,
+        seed=a.seed,
+        config_overrides={"action_horizon": a.horizon},
+        weights=a.weights or "",
     )
     build_s = time.perf_counter() - t_start
     policy.eos_id = -1  # ignore EOS (as vLLM's benchmarks): every request emits exactly its budget
@@ -446,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         "preset": preset,
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
+        "weights": a.weights or "",
         "horizon": a.horizon,
         "frames": a.frames,
         "modes": a.modes,
@@ -475,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames_total": sum(len(r["frames"]) for res in results for r in res["modes"].values()),
         "duration_s": time.perf_counter() - t_start,
     }
-    doc["limits"] = limits(policy, device, dtype, results)
+    doc["limits"] = limits(policy, device, dtype, results, a.weights or "")
     doc["plots"] = [] if a.no_plots else _plots(doc, out)
     doc["missing"] = missing_fields(doc)
     (out / "results.json").write_text(json.dumps(doc, indent=1, default=float))

@@ -256,6 +256,9 @@ def get_preset(name: str) -> ModelConfig:
 
 MODES, ATTENTIONS = ("unified", "shared_kv", "isolated"), ("auto", "gather", "flex")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+#: Weight formats of the Gemma projections, a load option (``core.model.quantize``): fp32 / bf16
+#: unquantized, int8 / fp8 / int4 torchao weight-only (fp8, int4: CUDA only).
+WEIGHT_FORMATS = ("fp32", "bf16", "fp8", "int8", "int4")
 BUDGETS, SCHEDULES, BATCHER_POLICIES = ("fixed", "adaptive"), ("serial", "concurrent"), ("frame", "continuous")
 
 

@@ -101,6 +101,7 @@ class Pi05Policy:
         robot_dim: int = 14,
         prompt_overflow: str = "error",
         config_overrides: dict[str, Any] | None = None,
+        weights: str = "",
     ) -> Pi05Policy:
         """Load a checkpoint folder (openpi or LeRobot layout) or build a random-weight preset.
 
@@ -112,16 +113,22 @@ class Pi05Policy:
             dtype: default bf16 on CUDA, fp32 on CPU.
             config_overrides: top-level :class:`ModelConfig` fields to change in a preset before
                 its weights are built (e.g. ``{"action_horizon": 10}``); presets only.
+            weights: weight format of the Gemma projections (:mod:`.model.quantize`): ``""`` (the
+                dtype's floats, unquantized), ``fp32``, ``bf16`` (unquantized, that dtype),
+                ``int8``, ``fp8``, ``int4`` (torchao weight-only; fp8 and int4 on CUDA only).
 
         Raises:
             CheckpointError: strict-loading failures (names the key); ConfigError: unknown preset or
-                a bad override; ValueError: ``config_overrides`` with a checkpoint folder.
+                a bad override; WeightFormatError (a ConfigError): an unknown ``weights`` or one
+                this device / dtype cannot run; ValueError: ``config_overrides`` with a checkpoint folder.
         """
         from .model.ckpt_files import checkpoint_folder, require_norm_stats
+        from .model.quantize import quantize_weights, resolve_dtype
         from .model.weights import load_pretrained, random_pretrained, rebuild_buffers, target_dtype
         from .tokenizer import build_tokenizer
 
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = resolve_dtype(weights, dtype, device)  # before any weight is read: a bad format fails fast
         if checkpoint_folder(path_or_preset) is not None:
             if config_overrides:
                 raise ValueError("config_overrides applies to presets only, not to checkpoint folders")
@@ -140,6 +147,7 @@ class Pi05Policy:
             rebuild_buffers(model, device)
             tok = build_tokenizer(cfg.vocab_size)
             stats = {"state": NormStats.identity(robot_dim), "actions": NormStats.identity(robot_dim)}
+        quantize_weights(model, weights)
         return cls(model, tok, stats, prompt_overflow=prompt_overflow)
 
     # ------------------------------------------------------------------ inputs

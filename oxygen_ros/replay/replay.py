@@ -186,7 +186,7 @@ def _replay(
         bag=str(opts.bag),
         bag_duration_s=bag.duration_s,
         model=f"{opts.model or cfg.model} ({policy.cfg.name}, {policy.model.device}, "
-        f"{str(policy.model.dtype).removeprefix('torch.')})",
+        f"{str(policy.model.dtype).removeprefix('torch.')}{', weights ' + cfg.weights if cfg.weights else ''})",
         timing=(
             f"{opts.timing} timing"
             + (f" x{opts.rate:g}" if opts.timing == "recorded" else "")

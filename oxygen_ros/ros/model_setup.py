@@ -42,7 +42,7 @@ def load_policy(cfg: NodeConfig, model: str | None = None) -> Pi05Policy:
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else None
     source = confine_model(model or cfg.model, cfg.model_folders)  # checked again right before loading
     policy = Pi05Policy.from_pretrained(
-        source, device=resolve_device(cfg.device), dtype=dtype, robot_dim=len(cfg.joint_names)
+        source, device=resolve_device(cfg.device), dtype=dtype, robot_dim=len(cfg.joint_names), weights=cfg.weights
     )
     check_policy(cfg, policy)
     return policy

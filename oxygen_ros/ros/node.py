@@ -200,7 +200,8 @@ class OxygenNode(LifecycleNode):
             self.set_diagnostics_period(cfg.diagnostics_period_s)
         self.get_logger().info(
             f"configured: model {cfg.model!r} on {policy.model.device} "
-            f"({policy.model.dtype}), cameras {sorted(cfg.cameras)}, "
+            f"({policy.model.dtype}{', weights ' + cfg.weights if cfg.weights else ''}), "
+            f"cameras {sorted(cfg.cameras)}, "
             f"{len(cfg.joint_names)} joints, KV pool {engine.pool.blocks.num_blocks} blocks"
         )
         return SUCCESS

@@ -350,3 +350,30 @@ def test_bench_overhead_times_the_engine_against_the_policy_path(tmp_path):
         overhead.parse_args(["-p", "no_such_field=1"])
     with pytest.raises(SystemExit):  # an earlier run's results are never overwritten silently
         overhead.parse_args(["--out", str(out)])
+
+
+def test_weights_int8_runs_and_its_limits_use_int8_weight_bytes(tmp_path):
+    args = ["--preset", "pi05-tiny", "--layouts", "libero", "--tokens", "2", "--k", "2", "--frames", "2"]
+    args += ["--arrivals", "uniform:1", "--no-plots", "--steps", "2", "--modes", "unified", "--weights", "int8"]
+    _, doc = run_bench(tmp_path, *args)
+    assert doc["settings"]["weights"] == "int8" and doc["settings"]["dtype"] == "float32"
+    assert doc["limits"]["format"] == "int8"
+    assert all(r["action_hz"] > 0 for r in doc["summary"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--weights", "fp8", "--device", "cpu"], "weights='fp8' needs a CUDA device"),
+        (["--weights", "bf16", "--dtype", "float32", "--device", "cpu"], "stores torch.bfloat16 weights"),
+    ],
+)
+def test_weights_the_device_or_dtype_cannot_run_fail_fast(capsys, argv, message):
+    assert bench.main([*argv, "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_weight_format_of_a_run():
+    assert bench.weight_format("", True) == "fp32" and bench.weight_format("", False) == "bf16"
+    assert bench.weight_format("bf16", False) == "bf16" and bench.weight_format("fp32", True) == "fp32"
+    assert [bench.weight_format(f, True) for f in ("int8", "fp8", "int4")] == ["int8", "fp8", "int4"]

@@ -162,3 +162,79 @@ def test_bad_timeout_flags_are_rejected():
     a = gpu_check.parse_args(["--timeout", "bench=100"])
     assert a.timeouts["bench"] == 100 and a.timeouts["env"] == gpu_check.TIMEOUTS["env"]
     assert sum(gpu_check.TIMEOUTS.values()) <= 8 * 60  # the whole check fits in 8 minutes
+
+
+def _quant_results(folder: Path) -> None:
+    """``bench quant``'s results.json as the CUDA run writes it: bf16 reference, fp8 measured,
+    int4 refused (here: widths that do not divide by its group)."""
+    speed = {
+        "ref_s": {"vision": 0.004, "prefill": 0.003, "denoise": 0.010, "decode": 0.0005},
+        "s": {"vision": 0.004, "prefill": 0.0024, "denoise": 0.008, "decode": 0.0003},
+        "ratio": {"vision": 1.0, "prefill": 0.8, "denoise": 0.8, "decode": 0.6},
+    }
+    acc = {"actions": {"max_abs": 0.0123, "mean_abs": 0.002}, "tokens": {"agreement": 0.75}}
+    rows = [
+        {"weights": "fp8", "parity": acc, "preset": acc, "speed": speed, "pct_of_limit": {"decode": 41.5}},
+        {"weights": "int4", "error": "weights='int4' groups 128 input features"},
+    ]
+    doc = {"settings": {"preset": "pi05-small", "reference": "bf16"}, "rows": rows}
+    (folder / "quant").mkdir()
+    (folder / "quant" / "results.json").write_text(json.dumps(doc))
+
+
+def test_quant_stage_parses_and_prints_times_ratios_and_percent_of_limit(tmp_path):
+    _quant_results(tmp_path)
+    res = PARSERS["quant"](tmp_path)
+    assert res["summary"] == "pi05-small vs bf16: fp8 err 1.2e-02, decode ×0.60; int4 n/a"
+    md = markdown([{"stage": "quant", "status": "passed", "seconds": 30.0, **res}], False, 30.0)
+    assert "Weight formats (bench quant, against bf16): stage ms (× reference; % of limit)" in md
+    assert "| fp8 | 1.23e-02 | 75 % | 4.00 (×1.00; – ) |" not in md  # a missing % is a dash, not a blank
+    assert (
+        "| fp8 | 1.23e-02 | 75 % | 4.00 (×1.00; –) | 2.40 (×0.80; –) | 8.00 (×0.80; –) | 0.30 (×0.60; 41.5 %) |" in md
+    )
+    assert "| int4 | n/a: weights='int4' groups 128 input features |" in md
+
+
+def test_bench_stage_prints_percent_of_limit_beside_stage_times(tmp_path):
+    rows = [
+        {
+            "stage": "prefill",
+            "batch": None,
+            "measured_s": 0.004,
+            "floor_s": 0.001,
+            "bound": "compute",
+            "pct_of_limit": 25.0,
+        },
+        {
+            "stage": "decode + head",
+            "batch": 6,
+            "measured_s": 0.002,
+            "floor_s": 0.0015,
+            "bound": "memory",
+            "pct_of_limit": 75.0,
+        },
+    ]
+    lim = {"device": "H200", "note": "datasheet", "format": "bf16", "points": {"libero S10 N30 k1": rows}}
+    doc = {"settings": {"preset": "pi05", "dtype": "bfloat16"}, "summary": [], "limits": lim}
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="no point"):  # a bench that measured nothing is an error ...
+        PARSERS["bench"](tmp_path)
+    figs = {"bench_limits": lim}
+    md = markdown([{"stage": "bench", "status": "passed", "seconds": 1.0, "figures": figs}], False, 1.0)
+    assert "Stage times and % of limit (bench, H200, bf16 weights" in md
+    assert "| libero S10 N30 k1 | prefill | – | 4.00 | 1.00 | compute | 25.0 % |" in md
+    assert "| libero S10 N30 k1 | decode + head | 6 | 2.00 | 1.50 | memory | 75.0 % |" in md
+    no_dev = markdown(
+        [
+            {
+                "stage": "bench",
+                "status": "passed",
+                "seconds": 1.0,
+                "figures": {"bench_limits": {"device": None, "note": "X is not in the table"}},
+            }
+        ],
+        False,
+        1.0,
+    )
+    assert "% of limit (bench): X is not in the table" in no_dev

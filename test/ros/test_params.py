@@ -176,6 +176,19 @@ def test_missing_camera_and_model_and_cross_field_rule():
             read_node_config(node)
 
 
+def test_weights_parameter_choices_and_dtype_agreement():
+    with param_node(*MINIMAL) as node:
+        assert read_node_config(node).weights == ""  # default: the dtype's floats, unquantized
+    with param_node(*MINIMAL, "-p", "weights:=int8", "-p", "dtype:=bfloat16") as node:
+        assert read_node_config(node).weights == "int8"
+    with param_node(*MINIMAL, "-p", "weights:=int3") as node:
+        with pytest.raises(ParamError, match="weights"):
+            read_node_config(node)
+    with param_node(*MINIMAL, "-p", "weights:=bf16", "-p", "dtype:=float32") as node:
+        with pytest.raises(ParamError, match="weights='bf16' computes in bfloat16 but dtype='float32'"):
+            read_node_config(node)
+
+
 def test_int_for_float_is_accepted_and_extra_task_is_declared():
     args = [
         *MINIMAL,

@@ -122,6 +122,7 @@ def parse_bench(raw: Path) -> dict[str, Any]:
     for x in d.get("action_path", []):
         figs[f"action_path_{x['cameras']}cam_ms"] = x["ms"]
     figs["compile_notes"] = compile_notes(d["summary"])[2:]
+    figs["bench_limits"] = d.get("limits")
     if not d["summary"]:
         raise ValueError("bench measured no point")
     parts = [f"{d['settings']['preset']} {d['settings']['dtype']}"]
@@ -136,12 +137,95 @@ def parse_bench(raw: Path) -> dict[str, Any]:
     return {"summary": "; ".join(parts), "figures": figs}
 
 
+def parse_quant(raw: Path) -> dict[str, Any]:
+    """``quant``: ``bench quant``'s results.json (per weight format: action error, greedy-token
+    agreement, stage times, ratios to the reference and "% of limit")."""
+    d = json.loads((raw / "quant" / "results.json").read_text())
+    rows = d["rows"]
+    if not rows:
+        raise ValueError("bench quant measured no weight format")
+    parts = []
+    for r in rows:
+        if "error" in r:
+            parts.append(f"{r['weights']} n/a")
+        else:
+            e = r["preset"]["actions"]["max_abs"]
+            dec = r.get("speed", {}).get("ratio", {}).get("decode")
+            parts.append(f"{r['weights']} err {e:.1e}" + (f", decode ×{dec:.2f}" if dec is not None else ""))
+    figs = {"quant_reference": d["settings"]["reference"], "quant_preset": d["settings"]["preset"], "quant_rows": rows}
+    summary = f"{d['settings']['preset']} vs {d['settings']['reference']}: " + "; ".join(parts)
+    return {"summary": summary, "figures": figs}
+
+
 PARSERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "env": parse_env,
     "tests": parse_tests,
     "schedules": parse_schedules,
+    "quant": parse_quant,
     "bench": parse_bench,
 }
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{1e3 * x:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f} %"
+
+
+def bench_limit_lines(lim: dict[str, Any] | None) -> list[str]:
+    """``bench``'s stage times with "% of limit" beside them (floor ÷ measured on the detected
+    device, :func:`~oxygen_ros.bench.roofline.against_floor`), one table for every point."""
+    if not lim:
+        return []
+    if lim.get("device") is None:
+        return ["", f"% of limit (bench): {lim.get('note', 'no device figures')}"]
+    lines = [
+        "",
+        f"Stage times and % of limit (bench, {lim['device']}, {lim['format']} weights; floor = max(bytes / "
+        "bandwidth, FLOPs / peak)):",
+        "",
+        "| point | stage | batch | ms | floor ms | bound | % of limit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, rows in lim.get("points", {}).items():
+        for r in rows:
+            lines.append(
+                f"| {key} | {r['stage']} | {r['batch'] or '–'} | {_ms(r['measured_s'])} | {_ms(r['floor_s'])} | "
+                f"{r['bound']} | {_pct(r['pct_of_limit'])} |"
+            )
+    return lines
+
+
+def quant_lines(rows: list[dict[str, Any]] | None, reference: str = "") -> list[str]:
+    """``bench quant``'s rows: per weight format, the action error and each stage's time with its
+    ratio to the reference and its "% of limit"; a format the device cannot run says why."""
+    if not rows:
+        return []
+    stages = ("vision", "prefill", "denoise", "decode")
+    lines = [
+        "",
+        f"Weight formats (bench quant, against {reference or 'the reference'}): stage ms (× reference; % of limit)",
+        "",
+        "| weights | action max abs err | greedy tokens equal | " + " | ".join(stages) + " |",
+        "|---|---|---|" + "---|" * len(stages),
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['weights']} | n/a: {r['error']} |" + " |" * (len(stages) + 1))
+            continue
+        acc = r["preset"]
+        sp, pct = r.get("speed"), r.get("pct_of_limit") or {}
+        cells = [
+            r["weights"],
+            f"{acc['actions']['max_abs']:.2e}",
+            f"{100 * acc['tokens']['agreement']:.0f} %",
+        ]
+        for s in stages:
+            cells.append("–" if sp is None else f"{_ms(sp['s'][s])} (×{sp['ratio'][s]:.2f}; {_pct(pct.get(s))})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _met(value: float, op: str | None, bound: float | None, dry: bool) -> str:
@@ -174,7 +258,9 @@ def markdown(results: list[dict[str, Any]], dry: bool, seconds: float) -> str:
         lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     if figs.get("compile_notes"):
         lines += ["", "Compiled stages (bench):", *figs["compile_notes"]]
+    lines += bench_limit_lines(figs.get("bench_limits"))
+    lines += quant_lines(figs.get("quant_rows"), figs.get("quant_reference", ""))
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["PARSERS", "TARGETS", "markdown", "ran_no_test"]
+__all__ = ["PARSERS", "TARGETS", "bench_limit_lines", "markdown", "quant_lines", "ran_no_test"]

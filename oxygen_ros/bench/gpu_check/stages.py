@@ -1,4 +1,4 @@
-"""``gpu_check``: the project's prepared GPU check — four timed stages that one command runs.
+"""``gpu_check``: the project's prepared GPU check — five timed stages that one command runs.
 
 GPU time for this project comes in short, rare slots, so the check is built to succeed at once and
 to bring back whatever it finished. Each stage runs in its own process with its own timeout; when
@@ -13,9 +13,11 @@ Stages (names for ``--stages`` / ``--timeout``):
   warm-up on CUDA), through pytest;
 * ``schedules`` — ``bench schedules``: the concurrent schedule's chunk interval with ÷ without
   language;
+* ``quant`` — ``bench quant`` on pi05-small: the fp8, int8 and int4 weight formats against bf16,
+  action error, greedy-token agreement and each stage's time, ratio and "% of limit";
 * ``bench`` — ``bench --gpu``: full π0.5 in bf16 (random weights), H = 10, S = 10, N = 30,
   k ∈ {1, 5}: action Hz, tok/s, speedup over isolated, action path with 1 / 2 / 3 cameras, peak
-  memory, warm-up time.
+  memory, warm-up time, and each stage's "% of limit" (:func:`~oxygen_ros.bench.roofline.against_floor`).
 
 ``--dry-run`` runs the same stages on the CPU with pi05-tiny and a handful of frames (CI runs it).
 It needs nothing beyond the core's stack (torch, transformers, tokenizers, safetensors, numpy,
@@ -38,10 +40,10 @@ from typing import Any
 from .report import PARSERS, markdown
 
 ROOT = Path(__file__).resolve().parents[3]
-STAGES = ("env", "tests", "schedules", "bench")
+STAGES = ("env", "tests", "schedules", "quant", "bench")
 #: seconds per stage on the GPU (sum 480 s: the whole check fits in 8 minutes)
-TIMEOUTS = {"env": 60, "tests": 150, "schedules": 60, "bench": 210}
-DRY_TIMEOUTS = {"env": 120, "tests": 300, "schedules": 120, "bench": 240}
+TIMEOUTS = {"env": 60, "tests": 120, "schedules": 60, "quant": 60, "bench": 180}
+DRY_TIMEOUTS = {"env": 120, "tests": 300, "schedules": 120, "quant": 120, "bench": 240}
 
 
 def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, list[str]]:
@@ -75,8 +77,11 @@ def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, 
             "--action-cameras",
         ]
         sched = ["--preset", "pi05-tiny", "--device", "cpu", "--frames", "4", "--block", "2"]
+        quant = ["--preset", "pi05-tiny", "--device", "cpu", "--formats", "fp32", "int8"]
+        quant += ["--repeats", "1", "--warmup", "1", "--observations", "1", "--decode-steps", "4", "--threads", "1"]
     else:
         bench, sched = ["--gpu"], ["--device", "cuda", "--frames", "40", "--block", "10"]
+        quant = ["--preset", "pi05-small", "--device", "cuda", "--formats", "bf16", "fp8", "int8", "int4"]
     return {
         "env": py
         + ["-m", "oxygen_ros.bench.gpu_check.smoke", "--device", device, "--json", str(raw / "env.json")]
@@ -96,6 +101,7 @@ def stage_commands(dry: bool, raw: Path, timeouts: dict[str, int]) -> dict[str, 
             "test/core",
         ],  # every gpu-marked test is there
         "schedules": py + ["-m", "oxygen_ros.bench.bench", "schedules", *sched, "--out", str(raw / "schedules")],
+        "quant": py + ["-m", "oxygen_ros.bench.bench", "quant", *quant, "--out", str(raw / "quant")],
         "bench": py
         + [
             "-m",

@@ -19,7 +19,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from oxygen_ros.core.action_space import GRIPPER_CONVERSIONS, KINDS, ActionSpaceConfig
-from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, ConfigError, EngineConfig, TaskConfig
+from oxygen_ros.core.config import DEFAULT_TASKS, IMAGE_SLOTS, WEIGHT_FORMATS, ConfigError, EngineConfig, TaskConfig
 from oxygen_ros.core.rtc.config import RTCConfig
 from oxygen_ros.ros.params.controllers import (
     ControllerGroup,
@@ -78,6 +78,14 @@ def node_specs() -> list[ParamSpec]:
         *access_specs(),
         ParamSpec("device", _S, "", "Torch device, e.g. 'cuda', 'cuda:1', 'cpu' ('' = CUDA if available, else CPU)."),
         ParamSpec("dtype", _S, "", "Model dtype ('' = bfloat16 on CUDA, float32 on CPU).", choices=DTYPES),
+        ParamSpec(
+            "weights",
+            _S,
+            "",
+            "Weight format of the Gemma projections (VLM and action expert): '' = the dtype's floats, "
+            "fp32 / bf16 unquantized, int8 / fp8 / int4 torchao weight-only (fp8, int4: CUDA only).",
+            choices=("", *WEIGHT_FORMATS),
+        ),
         ParamSpec("num_threads", _I, 0, "Torch intra-op CPU threads (0 = torch default).", 0, 1024),
         ParamSpec(
             "joint_names",
@@ -355,6 +363,7 @@ class NodeConfig:
     notes: tuple[str, ...] = ()  # parameters given but unused (a task not in task_names): logged
     model_locked: bool = True  # model read-only since start-up (params/model_access.py)
     model_folders: tuple[str, ...] = ("/",)  # the checkpoint's real path lies inside one of these
+    weights: str = ""  # weight format (core.model.quantize); '' = the dtype's floats, unquantized
 
 
 #: Optional joint lists of the action space (unset = empty: rcl's YAML parser rejects ``[]``).
@@ -458,6 +467,12 @@ def read_node_config(node: Node) -> NodeConfig:
         )
     if values.get("model") == "":
         problems.append("model is empty: give a checkpoint folder or a preset name")
+    float_weights = {"fp32": "float32", "bf16": "bfloat16", "int4": "bfloat16"}.get(values.get("weights", ""))
+    if float_weights and values.get("dtype") not in ("", float_weights):
+        problems.append(
+            f"weights={values['weights']!r} computes in {float_weights} but dtype={values['dtype']!r}: "
+            f"leave dtype empty or set it to {float_weights}"
+        )
     space = _action_space(node, values, problems)
     state_names = _optional_list(
         node,
