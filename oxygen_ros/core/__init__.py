@@ -8,11 +8,12 @@ import sys as _sys
 
 
 class _KnownImportNoise(_logging.Filter):
-    """Drops two warnings that torchao's import logs on every start and that say nothing about this
-    package's use of it: its CUDA kernel libraries failing to load on a CPU-only torch build (on a CUDA build they pass), and
-    torch's deprecation notice for the enums torchao registers with ``torch.compile``. transformers
-    imports torchao whenever it is installed (``weights: int8`` etc. need it), so without this each
-    tool would open with four alarming lines. Every other torchao / torch message passes."""
+    """Drops two warnings that torchao's import logs on every start and that say nothing about
+    this package's use of it: its CUDA kernel libraries failing to load on a CPU-only torch build
+    (on a CUDA build they pass), and torch's deprecation notice for the enums torchao registers
+    with ``torch.compile``. transformers imports torchao whenever it is installed (``weights:
+    int8`` etc. need it), so without this each tool would open with four alarming lines. Every
+    other torchao / torch message passes."""
 
     def filter(self, record: _logging.LogRecord) -> bool:
         msg = record.getMessage()
