@@ -30,7 +30,8 @@ def _clean(text: str) -> str:
 
 
 def demo_sample() -> str:
-    """``make demo``'s terminal output: the first streamed lines, then the whole report."""
+    """``make demo``'s terminal output: the first streamed lines and the answers to "Where is the
+    cube?", then the whole report."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [str(BIN / "oxygen_demo"), "--out", str(Path(tmp) / "demo")],
@@ -40,7 +41,9 @@ def demo_sample() -> str:
             check=True,
         ).stdout
     lines = _clean(out).splitlines()
-    streamed = [line for line in lines if line.startswith("[")][:5]
+    streamed = [line for line in lines if line.startswith("[")]
+    # the first lines, and every answer to the question that has a right answer (the sim's truth)
+    streamed = [line for i, line in enumerate(streamed) if i < 5 or "Q: Where is the cube?]" in line]
     start = next(i for i, line in enumerate(lines) if line.startswith("replay of "))
     end = next(i for i, line in enumerate(lines) if line.startswith("  output bag"))
     return "\n".join(streamed + ["…"] + lines[start : end + 1]) + "\n"

@@ -12,7 +12,7 @@ from bag_edit import SAMPLE_BAG
 
 from oxygen_ros.bags.reader import BagError, BagInput
 from oxygen_ros.core.types import NormStats
-from oxygen_ros.replay.demo import build_parser, demo_threads, main, sample_bag
+from oxygen_ros.replay.demo import build_parser, demo_threads, main, sample_bag, shipped_policy
 from oxygen_ros.replay.demo_checkpoint import FINGERPRINT, bag_norm_stats, cache_root, ensure_checkpoint
 from oxygen_ros.sim.scene import JOINT_NAMES
 
@@ -91,11 +91,28 @@ def test_demo_with_a_missing_bag_is_a_clear_error(tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.slow
-def test_demo_runs_the_bundled_bag(tmp_path, capsys, monkeypatch, stats):
-    """``make demo`` in short: builds the pi05-small checkpoint, replays 15 frames, reports."""
+@pytest.mark.skipif(not (shipped_policy() / "model.safetensors").is_file(), reason="no shipped policy")
+def test_demo_runs_the_bundled_policy_and_answers(tmp_path, capsys):
+    """``make demo`` by default: the trained sim policy on the bundled bag; its answer to the bag's
+    "Where is the cube?" at 3 s is the sim's true region (seed 0: back right), and its chunks
+    follow the recorded commands far better than holding the state."""
+    out = tmp_path / "demo"
+    assert main(["--out", str(out), "--max-frames", "45", "--progress", "off"]) == 0
+    text = capsys.readouterr().out
+    assert f"model:={shipped_policy()}" in text and "random" not in text.split("replay of")[0]
+    assert "ask (conversation): Where is the cube?" in text
+    assert "Q: Where is the cube?] back right'" in text, text
+    report = json.loads((out / "report.json").read_text())
+    acc = report["action_accuracy"]
+    assert acc["available"] and acc["mae"] < 0.5 * acc["hold_baseline"]["mae"], acc
+
+
+@pytest.mark.slow
+def test_demo_with_random_weights(tmp_path, capsys, monkeypatch, stats):
+    """``--model random``: builds the pi05-small checkpoint, replays 15 frames, reports."""
     monkeypatch.setenv("OXYGEN_ROS_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "demo"
-    assert main(["--out", str(out), "--max-frames", "15", "--progress", "off"]) == 0
+    assert main(["--model", "random", "--out", str(out), "--max-frames", "15", "--progress", "off"]) == 0
     text = capsys.readouterr().out
     assert "building a random-weight pi05-small checkpoint" in text
     assert "ask (conversation): What do you see?" in text
