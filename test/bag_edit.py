@@ -47,3 +47,14 @@ def window(src: Path, dst: Path, seconds: float) -> Path:
     """The first ``seconds`` of ``src``."""
     t0 = start_ns(src)
     return edit_bag(src, dst, lambda t, s, r: [(t, s, r)] if s < t0 + seconds * 1e9 else [])
+
+
+def corrupt_a_chunk(bag: Path) -> None:
+    """Flip the bytes just before the first ``/joint_states`` message past the middle of ``bag``'s
+    uncompressed mcap: that record's framing breaks, so ``rosbags`` cannot read its chunk (a corrupt
+    chunk, whatever the middle of the file happens to hold)."""
+    mcap = next(Path(bag).glob("*.mcap"))
+    data = bytearray(mcap.read_bytes())
+    at = data.index(b"left_waist", len(data) // 2) - 200
+    data[at : at + 256] = bytes(b ^ 0x5A for b in data[at : at + 256])
+    mcap.write_bytes(bytes(data))

@@ -153,7 +153,8 @@ def test_make_setup_over_preinstalled_rclpy_and_torch(tmp_path: Path) -> None:
     )
     assert "include-system-site-packages = true" in (venv / "pyvenv.cfg").read_text()
     own = next(venv.glob("lib/python3.*/site-packages"))
-    assert not list(own.glob("torch*")), "torch was installed into the venv again"
+    torch_again = [p for p in own.glob("torch*") if p.name == "torch" or p.name.startswith("torch-")]
+    assert not torch_again, "torch was installed into the venv again"  # torchao (its own wheel) may be
     assert not list(own.glob("rclpy*")) and not list(own.glob("ros_rclpy*")), "the ROS wheels were installed"
     code = (
         "import torch, rclpy, transformers\n"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -84,11 +85,18 @@ def record_demos(
     out.mkdir(parents=True, exist_ok=True)
     todo = [i for i in range(episodes) if not (episode_folder(out, i) / "metadata.yaml").is_file()]
     bar = tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep", disable=not progress)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        jobs = [pool.submit(_one, out, i, first_seed + i, seconds, size, camera_rate) for i in todo]
-        for job in as_completed(jobs):
-            job.result()
+    if workers == 1:  # in this process: nothing to fork
+        for i in todo:
+            _one(out, i, first_seed + i, seconds, size, camera_rate)
             bar.update(1)
+    else:
+        # spawn, never fork: the caller may hold threads (torch's pool, rclpy, pytest's plugins)
+        # whose locks a forked child inherits taken, and then waits on forever
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            jobs = [pool.submit(_one, out, i, first_seed + i, seconds, size, camera_rate) for i in todo]
+            for job in as_completed(jobs):
+                job.result()
+                bar.update(1)
     bar.close()
     index = {
         "first_seed": first_seed,

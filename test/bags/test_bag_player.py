@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import rclpy
-from bag_edit import SAMPLE_BAG, edit_bag, start_ns
+from bag_edit import SAMPLE_BAG, corrupt_a_chunk, edit_bag, start_ns
 from domain_coordinator import domain_id
 from rclpy.context import Context
 from rclpy.serialization import deserialize_message
@@ -137,13 +137,7 @@ def test_bad_bags_and_arguments_exit_2(tmp_path, capsys):
             assert main([str(SAMPLE_BAG), "--record", str(tmp_path / "rec")]) == 2
             flipped = tmp_path / "flipped"  # a corrupt chunk: plays the rest, exit 3, says so
             shutil.copytree(SAMPLE_BAG, flipped)
-            mcap = flipped / "aloha_sim_sample.mcap"
-            data = bytearray(mcap.read_bytes())
-            # flip the bytes before the first joint name past the middle: the MCAP record framing
-            # of that /joint_states message breaks, so its chunk cannot be read
-            at = data.index(b"left_waist", len(data) // 2) - 200
-            data[at : at + 256] = bytes(b ^ 0x5A for b in data[at : at + 256])
-            mcap.write_bytes(bytes(data))
+            corrupt_a_chunk(flipped)
             capsys.readouterr()
             assert main([str(flipped), "--rate", "20", "--topics", "/joint_states", "/ask"]) == 3
             err = capsys.readouterr().err

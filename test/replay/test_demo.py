@@ -137,5 +137,5 @@ def test_demo_with_random_weights(tmp_path, capsys, monkeypatch, stats):
     assert inside.mean() > 0.9
     for name in ("report.txt", "report.json", "timeline.png", "trajectories.png", "decode_batch.png"):
         assert (out / name).is_file()
-    assert main(["--out", str(out), "--max-frames", "3", "--progress", "off"]) == 0  # cached now
+    assert main(["--model", "random", "--out", str(out), "--max-frames", "3", "--progress", "off"]) == 0  # cached now
     assert "using the cached random-weight pi05-small" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bag_edit import SAMPLE_BAG, TS, edit_bag, start_ns, window
+from bag_edit import SAMPLE_BAG, TS, corrupt_a_chunk, edit_bag, start_ns, window
 from rclpy.serialization import deserialize_message
 from rosbags.highlevel import AnyReader
 from trajectory_msgs.msg import JointTrajectory
@@ -230,11 +230,7 @@ def test_corrupt_bag_file_is_a_clear_error(tmp_path, capsys):
 def test_corrupt_chunk_inside_the_bag_is_counted_as_lost(tmp_path, capsys):
     bag = tmp_path / "flipped"
     shutil.copytree(SAMPLE_BAG, bag)
-    mcap = bag / "aloha_sim_sample.mcap"
-    data = bytearray(mcap.read_bytes())
-    mid = len(data) // 2
-    data[mid : mid + 2000] = bytes(b ^ 0x5A for b in data[mid : mid + 2000])
-    mcap.write_bytes(bytes(data))
+    corrupt_a_chunk(bag)
     result = run(bag, tmp_path / "out")
     assert not result.ok
     lost = result.stats.lost or {}
