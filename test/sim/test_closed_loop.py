@@ -315,6 +315,20 @@ def test_an_episode_without_success_ends_after_episode_s(tmp_path):
     assert [k for k, v in report["checks"].items() if not v] == ["episode_success"]
 
 
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_sim_parameter_reaches_the_sim_process(tmp_path):
+    """``--sim-param`` goes to the aloha_sim process after the loop's own ``-p``: the oracle lifts
+    the cube (it succeeds with the defaults, test above) but not the 0.5 m this run asks for."""
+    report, output, rc = _run_loop(
+        tmp_path, "--policy", "scripted", "--episode-s", "9", "--seed", "0", "--sim-param", "lift_height_m:=0.5"
+    )
+    print(output)
+    assert rc == 1, output
+    ep = report["episode"]
+    assert ep["success"] is False and ep["ended_by"] == "time" and ep["lift_max_m"] >= 0.05
+
+
 def test_policy_defaults_and_the_episode_line():
     from oxygen_ros.sim.closed_loop.episode import EPISODE_KEYS as keys
     from oxygen_ros.sim.closed_loop.episode import resolve_defaults
@@ -359,6 +373,8 @@ def test_policy_defaults_and_the_episode_line():
         (["--episode-s", "5", "--ask", "Where is the cube?", "--ask-before-s", "0"], "--ask-before-s > 0"),
         (["--policy", "scripted", "--episode-s", "5", "--ask-count", "2"], "scripted policy answers no ask"),
         (["--video", "episode.gif"], "--video must name an .mp4 file"),
+        (["--sim-param", "render_shadow:=true"], "--sim-param 'render_shadow:=true': not NAME:=VALUE"),
+        (["--sim-param", "render_shadows=true"], "not NAME:=VALUE with an aloha_sim parameter"),
     ],
 )
 def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says, capsys):

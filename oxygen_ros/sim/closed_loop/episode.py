@@ -98,6 +98,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         )
     if args.video and not str(args.video).lower().endswith(".mp4"):
         return f"--video must name an .mp4 file, got {args.video!r}"
+    from oxygen_ros.sim.params import sim_specs
+
+    names = {spec.name for spec in sim_specs()}
+    for item in getattr(args, "sim_param", []):
+        name, sep, _ = item.partition(":=")
+        if not sep or name not in names:
+            return f"--sim-param {item!r}: not NAME:=VALUE with an aloha_sim parameter (oxygen_ros.sim.params)"
     return None
 
 

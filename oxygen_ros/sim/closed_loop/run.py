@@ -119,6 +119,8 @@ def run_loop(
     if args.stream:  # the node's per-step command stream at the sim's control rate
         sim_cmd += ["-p", "command_source:=stream"]
     sim_cmd += sim_task_params(args)
+    for p in args.sim_param:  # after the loop's own: the user's value wins
+        sim_cmd += ["-p", p]
     oxy_cmd = [
         py,
         "-m",
@@ -538,6 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME:=VALUE",
         help="extra oxygen node parameter, as -p NAME:=VALUE (repeatable)",
+    )
+    ap.add_argument(
+        "--sim-param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="extra aloha_sim parameter, as -p NAME:=VALUE (repeatable), e.g. render_shadows:=true",
     )
     ap.add_argument("--domain-id", type=int, default=None, help="ROS domain (default: $ROS_DOMAIN_ID, else a free one)")
     ap.add_argument("--timeout", type=float, default=180.0, help="overall limit, seconds")
