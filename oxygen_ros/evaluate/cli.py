@@ -25,6 +25,10 @@ joins a cluster; ``--workers`` episodes at once, each reserving ``--cpus-per-epi
 ``--gpus-per-episode``. A failed or timed-out episode is a row with its error; rerunning into the
 same ``--out`` skips the finished episodes (:mod:`oxygen_ros.evaluate.results`).
 
+``compare``: ``evaluate compare [LABEL=]DIR ... --out OUT`` puts finished closed-loop runs (other
+models, engine settings, the oracle) in one table and one ``success_rate.png``, each run a group
+under its label, e.g. the learned policy's latency curve beside the oracle's.
+
 Exit status: 0 every episode completed; 1 some failed or timed out (listed in the report);
 2 unusable input; 130 interrupted (finished episodes are kept).
 """
@@ -47,7 +51,7 @@ from oxygen_ros.evaluate.episodes import (
     find_bags,
     open_loop_episodes,
 )
-from oxygen_ros.evaluate.results import OutputFolder, aggregate, format_aggregate
+from oxygen_ros.evaluate.results import OutputFolder, aggregate, compared_rows, format_aggregate
 from oxygen_ros.sim.closed_loop.asks import is_checkable
 from oxygen_ros.sim.task.language import CUBE_QUESTION
 
@@ -125,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the oxygen node with --model, or the scripted oracle",
     )
     c.add_argument(
-        "--latency-ms", type=float, nargs="+", default=[0.0], help="added policy latencies (one set of episodes each)"
+        "--latency-ms",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="added policy latencies, sim ms: the sim executes each chunk that much later (one set of episodes each)",
     )
     c.add_argument(
         "--episode-s",
@@ -154,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="any other closed_loop argument, e.g. --loop-arg=--rtc (repeatable)",
     )
+    cmp = sub.add_parser("compare", help="one report and plot of several finished closed-loop evaluations")
+    cmp.add_argument("runs", nargs="+", metavar="[LABEL=]DIR", help="finished closed-loop --out folders")
+    cmp.add_argument("--out", type=Path, required=True, help="folder of the combined report")
+    cmp.add_argument("--overwrite", action="store_true", help="replace a previous comparison in --out")
     return p
 
 
@@ -250,11 +262,6 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
         raise EvaluateError("--ask: the scripted policy answers no ask (use --policy model)")
     if args.ask_count > 1 and not is_checkable(args.ask):
         raise EvaluateError(f"--ask-count {args.ask_count} needs --ask {CUBE_QUESTION!r} (the checkable question)")
-    if args.policy != "scripted" and any(args.latency_ms):
-        raise EvaluateError(
-            "--latency-ms adds latency to the scripted policy only; the model's "
-            "latency is its own (each episode's loop report measures it)"
-        )
     from oxygen_ros.evaluate.runner import GRACE_S
     from oxygen_ros.sim.closed_loop.run import build_parser as loop_parser
 
@@ -281,6 +288,8 @@ def _episodes(args: argparse.Namespace, fw: list[str]) -> list[Episode]:
 def main(argv: list[str] | None = None) -> int:
     """Console script ``evaluate``; returns the exit status (see the module doc)."""
     args = build_parser().parse_args(argv)
+    if args.kind == "compare":
+        return _compare(args)
     from oxygen_ros.evaluate.scheduler import RayOptions, import_ray, run_episodes
 
     try:
@@ -328,6 +337,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evaluate: interrupted; {len(rows)} finished episodes are kept in {args.out}", file=sys.stderr)
         return 130
     return _finish(folder, [rows[ep.id] for ep in episodes], kind)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``evaluate compare``: the rows of finished closed-loop runs under their labels (a run given
+    as ``LABEL=DIR``, else the folder's name), aggregated and plotted as one evaluation."""
+    runs = []
+    for item in args.runs:
+        label, sep, folder = item.rpartition("=")
+        runs.append((label if sep else Path(folder).name, Path(folder)))
+    try:
+        table = compared_rows(runs)
+        folder = OutputFolder(
+            args.out, {"kind": "compare", "runs": [[lb, str(d.resolve())] for lb, d in runs]}, args.overwrite
+        )
+    except (EvaluateError, OSError) as exc:
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    return _finish(folder, table, CLOSED_LOOP)
 
 
 def _finish(folder: OutputFolder, table: list[dict[str, Any]], kind: str) -> int:

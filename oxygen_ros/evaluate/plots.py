@@ -1,5 +1,6 @@
-"""Plots of an evaluation (matplotlib, Agg): ``success_rate.png`` (closed loop: success rate per
-latency and policy with the 95 % Wilson interval) or ``action_error.png`` (open loop: mean
+"""Plots of an evaluation (matplotlib, Agg): ``success_rate.png`` (closed loop: success rate and
+the rate of episodes where the right gripper touched the cube, per latency and policy with the
+95 % Wilson interval) or ``action_error.png`` (open loop: mean
 normalised action error vs the horizon index, policy and hold-the-state baseline, and per bag)."""
 
 from __future__ import annotations
@@ -16,22 +17,30 @@ __all__ = ["save_plots"]
 def _success(agg: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for policy in sorted({g["policy"] for g in agg["groups"]}):
-        gs = [g for g in agg["groups"] if g["policy"] == policy and g["success_rate"] is not None]
-        if not gs:
-            continue
-        x = [g["latency_ms"] for g in gs]
-        y = [g["success_rate"] for g in gs]
-        err = [[r - g["wilson95_low"] for r, g in zip(y, gs)], [g["wilson95_high"] - r for r, g in zip(y, gs)]]
-        ns = sorted({g["completed"] for g in gs})
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, label=f"{policy} (n={'/'.join(map(str, ns))} per latency)")
-    ax.set_xlabel("added policy latency (ms)")
-    ax.set_ylabel("success rate (95 % Wilson interval)")
-    ax.set_ylim(-0.05, 1.05)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title("closed loop: cube lifted and held")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.0), sharex=True)
+    panels = (
+        ("success_rate", "wilson95", "success rate", "cube lifted and held"),
+        ("touched_rate", "touched_wilson95", "touched rate", "right gripper touched the cube (reward >= 1)"),
+    )
+    for ax, (key, ci, ylabel, title) in zip(axes, panels, strict=True):
+        for policy in sorted({g["policy"] for g in agg["groups"]}):
+            gs = [g for g in agg["groups"] if g["policy"] == policy and g.get(key) is not None]
+            if not gs:
+                continue
+            x = [g["latency_ms"] for g in gs]
+            y = [g[key] for g in gs]
+            err = [[r - g[f"{ci}_low"] for r, g in zip(y, gs)], [g[f"{ci}_high"] - r for r, g in zip(y, gs)]]
+            ns = sorted({g["completed"] for g in gs})
+            ax.errorbar(
+                x, y, yerr=err, marker="o", capsize=4, label=f"{policy} (n={'/'.join(map(str, ns))} per latency)"
+            )
+        ax.set_xlabel("added policy latency (ms)")
+        ax.set_ylabel(f"{ylabel} (95 % Wilson interval)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ax.set_title(title)
+    fig.suptitle("closed loop")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -29,7 +29,7 @@ from typing import Any
 from oxygen_ros.evaluate.episodes import CLOSED_LOOP, Episode, EvaluateError
 from oxygen_ros.evaluate.runner import CLOSED_LOOP_METRICS, OPEN_LOOP_METRICS
 
-__all__ = ["OutputFolder", "aggregate", "answer_totals", "format_aggregate", "wilson_interval"]
+__all__ = ["OutputFolder", "aggregate", "answer_totals", "compared_rows", "format_aggregate", "wilson_interval"]
 
 _BASE_COLUMNS = (
     "episode",
@@ -38,6 +38,7 @@ _BASE_COLUMNS = (
     "bag",
     "seed",
     "policy",
+    "run_policy",
     "latency_ms",
     "status",
     "error",
@@ -130,6 +131,35 @@ class OutputFolder:
         return [csv_path, json_path]
 
 
+def compared_rows(runs: Sequence[tuple[str, Path]]) -> list[dict[str, Any]]:
+    """The rows of finished closed-loop evaluations, each relabelled for one combined report:
+    ``policy`` becomes the run's label (so the aggregate groups by run and latency) and the
+    episode id is prefixed with it; the run's own policy is kept as ``run_policy``.
+
+    Args:
+        runs: (label, ``--out`` folder of a finished ``evaluate closed-loop``) pairs.
+
+    Raises:
+        EvaluateError: a label given twice, a folder without a finished table (``episodes.json``),
+            or an evaluation that is not closed-loop.
+    """
+    labels = [label for label, _ in runs]
+    if len(set(labels)) != len(labels) or not all(labels):
+        raise EvaluateError(f"compare: every run needs its own non-empty label, got {labels}")
+    out: list[dict[str, Any]] = []
+    for label, root in runs:
+        try:
+            kind = json.loads((Path(root) / "evaluation.json").read_text())["kind"]
+            rows = json.loads((Path(root) / "episodes.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise EvaluateError(f"compare: {root} is not a finished evaluation ({exc})") from exc
+        if kind != CLOSED_LOOP:
+            raise EvaluateError(f"compare: {root} is a {kind} evaluation; compare takes closed-loop ones")
+        for r in rows:
+            out.append({**r, "episode": f"{label}/{r['episode']}", "policy": label, "run_policy": r.get("policy")})
+    return out
+
+
 def _cell(v: Any) -> Any:
     if v is None:
         return ""
@@ -183,6 +213,8 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
             done = [r for r in rs if r["status"] == "ok"]
             wins = [r for r in done if r.get("success")]
             low, high = wilson_interval(len(wins), len(done))
+            touched = [r for r in done if isinstance(r.get("max_reward"), (int, float)) and r["max_reward"] >= 1]
+            t_low, t_high = wilson_interval(len(touched), len(done))
             out["groups"].append(
                 {
                     **answer_totals(done),
@@ -207,6 +239,10 @@ def aggregate(rows: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
                         default=None,
                     ),
                     "lift_max_m_mean": _mean([r.get("lift_max_m") for r in done]),
+                    "touched": len(touched),
+                    "touched_rate": len(touched) / len(done) if done else None,
+                    "touched_wilson95_low": None if math.isnan(t_low) else t_low,
+                    "touched_wilson95_high": None if math.isnan(t_high) else t_high,
                 }
             )
         out["answers"] = answer_totals(ok)
@@ -246,7 +282,9 @@ def _f(v: Any, nd: int = 3, unit: str = "") -> str:
 
 def format_aggregate(agg: dict[str, Any]) -> str:
     """The aggregate as text: per (policy, latency) success rate with its 95 % Wilson interval,
-    mean time to success, path length and largest switch jump, and when the episodes asked a
+    mean time to success, path length, largest switch jump and how many episodes the right gripper
+    touched the cube (gym-aloha's staged reward >= 1: the partial progress a policy makes before it
+    succeeds), and when the episodes asked a
     checkable question the answers correct / asked and the accuracy, per group and overall
     (closed loop); or the mean action
     error in joint units and normalised by each joint's recorded range, arms and grippers apart,
@@ -257,19 +295,21 @@ def format_aggregate(agg: dict[str, Any]) -> str:
     ]
     if agg["kind"] == CLOSED_LOOP:
         asked = bool((agg.get("answers") or {}).get("answers_asked"))
+        w = max([9, *(len(g["policy"]) for g in agg["groups"])])
         lines.append(
-            f"  {'policy':<9} {'latency':>8} {'success':>9} {'rate':>6} {'95% Wilson':>15} "
-            f"{'t_success':>9} {'path rad':>8} {'max jump':>8}" + (f" {'answers':>11} {'acc':>5}" if asked else "")
+            f"  {'policy':<{w}} {'latency':>8} {'success':>9} {'rate':>6} {'95% Wilson':>15} "
+            f"{'t_success':>9} {'path rad':>8} {'max jump':>8} {'touched':>9}"
+            + (f" {'answers':>11} {'acc':>5}" if asked else "")
         )
         for g in agg["groups"]:
             ci = f"[{g['wilson95_low']:.2f}, {g['wilson95_high']:.2f}]" if g["wilson95_low"] is not None else "-"
             acc = _f(g.get("answer_accuracy"), 2)
             ans = f" {g.get('answers_correct', 0):>5}/{g.get('answers_asked', 0):<5} {acc:>5}"
             lines.append(
-                f"  {g['policy']:<9} {g['latency_ms']:>6g}ms {g['successes']:>4}/"
+                f"  {g['policy']:<{w}} {g['latency_ms']:>6g}ms {g['successes']:>4}/"
                 f"{g['completed']:<4} {_f(g['success_rate'], 2):>6} {ci:>15} "
                 f"{_f(g['time_to_success_s_mean'], 2, 's'):>9} {_f(g['path_length_rad_mean'], 2):>8} "
-                f"{_f(g['max_switch_jump_max'], 3):>8}"
+                f"{_f(g['max_switch_jump_max'], 3):>8} {g['touched']:>4}/{g['completed']:<4}"
                 + (ans if asked else "")
                 + (f"  ({g['failed']} failed, not in the rate)" if g["failed"] else "")
             )

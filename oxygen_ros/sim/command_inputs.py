@@ -2,10 +2,18 @@
 
 Never raises on input: malformed messages become rejected verdicts, logged once per kind and
 counted by the executor.
+
+Added latency (``command_delay_s`` > 0): a message is read when it arrives (its stamp, or the
+arrival time for a stamp of zero) but offered to the executor only when the sim clock has advanced
+``delay_s`` past its arrival, by :meth:`CommandInputs.release` on the simulation thread before each
+step. The executor then aligns it by its stamp as any late chunk, so the observation the policy saw
+is ``delay_s`` staler than without the delay: a slower policy computer, emulated on the robot's side
+for any policy.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +32,41 @@ __all__ = ["CommandInputs"]
 class CommandInputs:
     """Subscription callbacks of the sim node; ``now()`` gives the sim clock (epoch seconds)."""
 
-    def __init__(self, executor: ChunkExecutor, logger: Any, now: Callable[[], float]) -> None:
+    def __init__(self, executor: ChunkExecutor, logger: Any, now: Callable[[], float], delay_s: float = 0.0) -> None:
+        if not delay_s >= 0:
+            raise ValueError(f"delay_s must be >= 0, got {delay_s}")
         self.executor = executor
         self.logger = logger
         self.now = now
+        self.delay_s = float(delay_s)
         self._warned: set[str] = set()
+        # (release sim time, offer(now)); appended by the ROS callback thread, popped only by the
+        # simulation thread (release): deque's append / popleft are atomic
+        self._held: deque[tuple[float, Callable[[float], None]]] = deque()
+
+    def _offer(self, arrival: float, offer: Callable[[float], None]) -> None:
+        if self.delay_s <= 0:
+            offer(arrival)
+        else:
+            self._held.append((arrival + self.delay_s, offer))
+
+    def release(self, now: float) -> int:
+        """Offer the held messages whose delay is over at sim time ``now`` (epoch seconds), in
+        arrival order; call it on the simulation thread before each executor step.
+
+        Returns:
+            How many were offered.
+        """
+        n = 0
+        while self._held and self._held[0][0] <= now + 1e-9:
+            self._held.popleft()[1](now)
+            n += 1
+        return n
+
+    @property
+    def held(self) -> int:
+        """Messages received and not yet offered (added latency)."""
+        return len(self._held)
 
     def warn_once(self, kind: str, message: str, level: int = WARN) -> None:
         """Log ``message`` the first time ``kind`` happens (then the executor only counts it);
@@ -63,23 +101,35 @@ class CommandInputs:
         return stamp
 
     def on_trajectory(self, msg: JointTrajectory) -> None:
-        now = self.now()
-        stamp = self._stamp(msg, now)
+        arrival = self.now()
+        stamp = self._stamp(msg, arrival)
         try:
+            names = list(msg.joint_names)
             tfs = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
-            rows = [p.positions for p in msg.points]
+            rows = [list(p.positions) for p in msg.points]
         except Exception:  # never crash on input
-            tfs, rows = [], []
-        verdict = self.executor.offer_trajectory(msg.joint_names, stamp, tfs, rows, now)
-        self._verdict(verdict, "action chunk", stamp)
+            names, tfs, rows = [], [], []
+
+        def offer(now: float) -> None:
+            self._verdict(self.executor.offer_trajectory(names, stamp, tfs, rows, now), "action chunk", stamp)
+
+        self._offer(arrival, offer)
 
     def on_command(self, msg: JointState) -> None:
-        now = self.now()
-        stamp = self._stamp(msg, now)
-        verdict = self.executor.offer_command(msg.name, stamp, msg.position, now)
-        self._verdict(verdict, "joint command", stamp)
+        arrival = self.now()
+        stamp = self._stamp(msg, arrival)
+        names, positions = list(msg.name), list(msg.position)
+
+        def offer(now: float) -> None:
+            self._verdict(self.executor.offer_command(names, stamp, positions, now), "joint command", stamp)
+
+        self._offer(arrival, offer)
 
     def on_command_array(self, msg: Float64MultiArray) -> None:
-        now = self.now()
-        verdict = self.executor.offer_command(None, now, msg.data, now)
-        self._verdict(verdict, "joint command", now)
+        arrival = self.now()
+        data = list(msg.data)
+
+        def offer(now: float) -> None:
+            self._verdict(self.executor.offer_command(None, arrival, data, now), "joint command", arrival)
+
+        self._offer(arrival, offer)

@@ -11,6 +11,8 @@ Wraps :class:`~oxygen_ros.sim.scene.SimScene` (gym-aloha's transfer-cube scene):
   ``command_source: stream``, to the per-step ``joint_command`` stream, and executes them with
   :class:`~oxygen_ros.sim.executor.ChunkExecutor` (time alignment by stamp, newer chunks
   replace older ones from their start, bad chunks rejected and counted, safe hold + loss report);
+  with ``command_delay_s`` > 0 each one reaches the executor that long after it arrived (an added
+  policy latency, :mod:`oxygen_ros.sim.command_inputs`);
 - publishes what it applied on ``~/executed_command`` (``JointState``, reliable) and its status on
   ``/diagnostics`` (``aloha_sim: executor``: state, rates, real-time factor, counters, chunk ages);
   the status is also published at once on a loss, on resuming, on a reset and on task success;
@@ -138,7 +140,9 @@ class AlohaSimNode(Node):
         self.pub = SimPublishers(self, p, cams, topics)
 
         # inputs
-        self.commands = CommandInputs(self.chunk_executor, self.get_logger(), lambda: self._sim_now)
+        self.commands = CommandInputs(
+            self.chunk_executor, self.get_logger(), lambda: self._sim_now, p["command_delay_s"]
+        )
         inputs = MutuallyExclusiveCallbackGroup()
         if p["command_source"] == "trajectory":
             self.create_subscription(
@@ -265,6 +269,7 @@ class AlohaSimNode(Node):
         now = self.clock_start + self.pacer.elapsed
         self._sim_now = now
         assert self.scene is not None  # None only after stop(), which ends the simulation thread first
+        self.commands.release(now)
         cmd = self.chunk_executor.step(now)
         q = self.scene.step(cmd.positions)
         succeeded = self.episode.update(
@@ -346,7 +351,7 @@ class AlohaSimNode(Node):
                 self.chunk_executor, self.pacer, self.rates, self.renderer, self.resets, self.p["real_time_factor"]
             )
             | self.episode.summary()
-            | {"seed": self._seed}
+            | {"seed": self._seed, "command_delay_s": self.commands.delay_s, "commands_held": self.commands.held}
         )
 
     def publish_diagnostics(self) -> None:

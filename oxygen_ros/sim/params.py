@@ -123,6 +123,16 @@ def sim_specs() -> list[ParamSpec]:
             60.0,
         ),
         ParamSpec(
+            "command_delay_s",
+            _F,
+            0.0,
+            "Added latency: every received chunk or command reaches the executor this many "
+            "simulated seconds after it arrived, as from a slower policy computer or link "
+            "(closed_loop --latency-ms); its stamp is unchanged, so points already past due are skipped.",
+            0.0,
+            10.0,
+        ),
+        ParamSpec(
             "loss_timeout_s",
             _F,
             0.25,

@@ -185,6 +185,7 @@ def test_aggregate_closed_loop_groups_and_failures():
             "path_length_rad": 2.0,
             "max_switch_jump": 0.1 * i,
             "lift_max_m": 0.2,
+            "max_reward": [4, 4, 4, 4, 4, 4, 4, 4, 4, 1][i] if i != 8 else None,  # one not reported
         }
         for i in range(10)
     ]
@@ -204,8 +205,12 @@ def test_aggregate_closed_loop_groups_and_failures():
     assert g["success_rate"] == pytest.approx(0.9)
     assert (g["wilson95_low"], g["wilson95_high"]) == pytest.approx(wilson_interval(9, 10))
     assert g["max_switch_jump_max"] == pytest.approx(0.9)
+    # partial progress: the right gripper touched the cube (reward >= 1); an unreported reward is no touch
+    assert g["touched"] == 9 and g["touched_rate"] == pytest.approx(0.9)
+    assert (g["touched_wilson95_low"], g["touched_wilson95_high"]) == pytest.approx(wilson_interval(9, 10))
     text = format_aggregate(agg)
     assert "9/10" in text and "TIMED_OUT e10: timed out after 900 s" in text
+    assert text.splitlines()[1].split()[-1] == "touched" and "0.900    9/10    (1 failed" in text.splitlines()[2]
 
 
 def test_output_folder_resume_rules(tmp_path):
@@ -293,28 +298,23 @@ def test_evaluate_open_loop_on_local_ray(tmp_path, capsys):
     assert [[r[m] for m in metrics] for r in _table(out2)] == [[r[m] for m in metrics] for r in rows]
 
 
-def test_latency_on_the_model_is_refused(tmp_path, capsys):
-    """The model's latency is its own: an added --latency-ms would label rows with a latency that
-    never happened, so it is refused before any episode."""
-    assert (
-        evaluate_main(
-            [
-                "closed-loop",
-                "--episodes",
-                "2",
-                "--latency-ms",
-                "0",
-                "100",
-                "--model",
-                "pi05-tiny",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 2
+def test_a_latency_for_the_model_reaches_every_episode(tmp_path):
+    """An added latency applies to the model as to the oracle (the sim holds the chunks): each
+    latency is a set of episodes whose command carries it and whose row is labelled with it."""
+    from oxygen_ros.evaluate.cli import _episodes, _forwarded, build_parser
+
+    args = build_parser().parse_args(
+        ["closed-loop", "--episodes", "2", "--latency-ms", "0", "300", "--model", "pi05-tiny", "--out", str(tmp_path)]
     )
-    assert "scripted policy only" in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
+    eps = _episodes(args, _forwarded(args))
+    assert [(e.columns["policy"], e.columns["latency_ms"], e.columns["seed"]) for e in eps] == [
+        ("model", 0.0, 0),
+        ("model", 0.0, 1),
+        ("model", 300.0, 0),
+        ("model", 300.0, 1),
+    ]
+    for e in eps:
+        assert e.args[e.args.index("--latency-ms") + 1] == f"{e.columns['latency_ms']:g}"
 
 
 def test_review_rules_refused_before_any_episode(tmp_path, capsys):
@@ -536,3 +536,56 @@ def test_ask_and_video_options_refused_before_any_episode(tmp_path, capsys, extr
     pytest.importorskip("ray")
     assert evaluate_main(["closed-loop", "--episodes", "1", "--out", str(tmp_path / "o"), *extra]) == 2
     assert says in capsys.readouterr().err
+
+
+def _finished_run(root, kind, rows):
+    root.mkdir(parents=True)
+    (root / "evaluation.json").write_text(json.dumps({"kind": kind, "options": []}))
+    (root / "episodes.json").write_text(json.dumps(rows))
+    return root
+
+
+def test_compare_puts_finished_runs_in_one_report_and_plot(tmp_path, capsys):
+    """Runs of different policies or settings become groups under their labels: the learned
+    policy's latency curve beside the oracle's in one table and one success_rate.png."""
+
+    def row(policy, lat, seed, success, reward):
+        return {
+            "episode": f"{policy}-lat{lat:g}ms-seed{seed:04d}",
+            "kind": CLOSED_LOOP,
+            "policy": policy,
+            "latency_ms": lat,
+            "seed": seed,
+            "status": "ok",
+            "success": success,
+            "max_reward": reward,
+        }
+
+    oracle = _finished_run(
+        tmp_path / "eval_oracle",
+        CLOSED_LOOP,
+        [row("scripted", lat, s, lat < 1000, 4) for lat in (0, 1000) for s in (0, 1)],
+    )
+    learned = _finished_run(
+        tmp_path / "learned",
+        CLOSED_LOOP,
+        [row("model", lat, s, False, int(s == 0)) for lat in (0, 1000) for s in (0, 1)],
+    )
+    out = tmp_path / "cmp"
+    assert evaluate_main(["compare", str(oracle), f"trained pi05-sim={learned}", "--out", str(out)]) == 0
+    text = (out / "report.txt").read_text()
+    assert "eval_oracle           0ms    2/2" in text and "eval_oracle        1000ms    0/2" in text
+    assert "trained pi05-sim      0ms    0/2" in text and "1/2" in text
+    assert (out / "success_rate.png").is_file()
+    table = json.loads((out / "episodes.json").read_text())
+    assert table[0]["episode"] == "eval_oracle/scripted-lat0ms-seed0000" and table[0]["run_policy"] == "scripted"
+    capsys.readouterr()
+
+    bad = [
+        ["compare", f"a={oracle}", f"a={learned}"],  # one label twice
+        ["compare", str(tmp_path / "missing")],
+        ["compare", str(_finished_run(tmp_path / "ol", OPEN_LOOP, []))],
+    ]
+    for argv in bad:
+        assert evaluate_main([*argv, "--out", str(tmp_path / "x")]) == 2
+        assert "evaluate: error: compare:" in capsys.readouterr().err

@@ -280,6 +280,23 @@ def test_scripted_oracle_episode_succeeds(tmp_path):
 
 @pytest.mark.ros
 @pytest.mark.slow
+def test_an_added_latency_is_held_by_the_sim_and_the_oracle_still_succeeds(tmp_path):
+    """--latency-ms 300 reaches the sim (command_delay_s): every chunk is offered to the executor
+    at least 300 ms of sim time after its observation, its first points are skipped as past due,
+    and the oracle (whose 1 s chunks cover the delay) still succeeds."""
+    report, output, rc = _run_loop(
+        tmp_path, "--policy", "scripted", "--episode-s", "12", "--seed", "0", "--latency-ms", "300", timeout=120
+    )
+    print(output)
+    assert rc == 0, output
+    ep, sim = report["episode"], report["sim"]
+    assert ep["success"] is True and ep["latency_ms"] == 300
+    assert sim["command_delay_s"] == pytest.approx(0.3)
+    assert sim["arrival_latency_p50_ms"] >= 300 and sim["late_points"] > 0
+
+
+@pytest.mark.ros
+@pytest.mark.slow
 def test_scripted_oracle_with_a_latency_beyond_the_horizon_fails_honestly(tmp_path):
     """2 s latency > the 1 s horizon: every chunk arrives expired, the sim never executes one,
     the robot stays at the start pose and the run ends episode_s sim seconds after the first chunk."""
@@ -363,7 +380,6 @@ def test_policy_defaults_and_the_episode_line():
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--latency-ms", "100"], "applies to --policy scripted only"),
         (["--policy", "scripted", "--latency-ms", "-5"], "must be >= 0"),
         (["--policy", "scripted", "--episode-s", "-1"], "must be >= 0"),
         (["--policy", "scripted", "--lift-height-m", "0"], "--lift-height-m must be > 0"),
@@ -378,9 +394,23 @@ def test_policy_defaults_and_the_episode_line():
     ],
 )
 def test_episode_arguments_that_cannot_run_exit_2_before_any_process(argv, says, capsys):
-    """An added latency on the model would be silently ignored: refused, as are bad ranges."""
+    """Bad ranges and combinations are refused before any process starts."""
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_an_added_latency_is_the_sims_for_either_policy():
+    """--latency-ms becomes the sim's command_delay_s for the model and the oracle alike; none is
+    the default, and the oracle node itself publishes at once."""
+    from oxygen_ros.sim.closed_loop.episode import scripted_cmd, sim_task_params
+    from oxygen_ros.sim.closed_loop.run import build_parser
+
+    for policy in ("model", "scripted"):
+        args = build_parser().parse_args(["--policy", policy, "--episode-s", "5", "--latency-ms", "250"])
+        assert "command_delay_s:=0.25" in sim_task_params(args)
+        assert not any("command_delay_s" in a for a in sim_task_params(build_parser().parse_args(["--policy", policy])))
+    args = build_parser().parse_args(["--policy", "scripted", "--latency-ms", "250"])
+    assert not any("latency" in a for a in scripted_cmd(args, "python", REPO / "config" / "sim.yaml", True))
 
 
 def test_a_success_after_the_episode_limit_is_not_counted():

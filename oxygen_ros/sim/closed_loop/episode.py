@@ -8,9 +8,10 @@ episode's values (:func:`episode_report`) from the sim status that ended it (the
 until it is stopped), or from the last one when the run ended otherwise (error, timeout).
 
 ``--policy scripted``: the oracle (:mod:`oxygen_ros.sim.task.policy_node`) instead of the oxygen
-node, with the sim's seed, ``--latency-ms``, the oxygen node's horizon (50) and the sim's control
-period; the sim then renders only what the oracle needs (one small ``top`` camera image per
-chunk trigger; with ``--video`` the sim's default size, for the video).
+node, with the sim's seed, the oxygen node's horizon (50) and the sim's control period; the sim
+then renders only what the oracle needs (one small ``top`` camera image per chunk trigger; with
+``--video`` the sim's default size, for the video). ``--latency-ms`` is the sim's
+``command_delay_s`` for either policy (:func:`sim_task_params`).
 
 Asks in episode mode: ``--ask-count`` (and its schedule) is checked here too; the schedule itself
 and the scoring rule are in :mod:`oxygen_ros.sim.closed_loop.asks`.
@@ -69,17 +70,11 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
-    """Why the episode arguments cannot run (None when they can): an added latency is the scripted
-    policy's (the model's latency is its own, never silently ignored), the numbers' ranges, a
+    """Why the episode arguments cannot run (None when they can): the numbers' ranges, a
     repeated ask only in episode mode and only for the checkable question, a video only as MP4."""
     from oxygen_ros.sim.closed_loop.asks import is_checkable
     from oxygen_ros.sim.task.language import CUBE_QUESTION
 
-    if args.latency_ms and args.policy != "scripted":
-        return (
-            f"--latency-ms {args.latency_ms:g} applies to --policy scripted only (the model's "
-            "latency is its own; the report measures it)"
-        )
     if args.latency_ms < 0 or args.episode_s < 0:
         return f"--latency-ms and --episode-s must be >= 0, got {args.latency_ms:g}, {args.episode_s:g}"
     if not args.lift_height_m > 0 or args.lift_hold_s < 0:
@@ -109,9 +104,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 
 def sim_task_params(args: argparse.Namespace) -> list[str]:
-    """The sim's extra ``-p`` arguments: success criterion, and for the scripted policy one small
-    camera (only its stamps matter); in episode mode a faster status."""
+    """The sim's extra ``-p`` arguments: success criterion, the added latency ``--latency-ms`` (the
+    sim holds every chunk that long, ``command_delay_s``: the same for the model and the oracle), and
+    for the scripted policy one small camera (only its stamps matter); in episode mode a faster
+    status."""
     out = ["-p", f"lift_height_m:={args.lift_height_m}", "-p", f"lift_hold_s:={args.lift_hold_s}"]
+    if args.latency_ms > 0:
+        out += ["-p", f"command_delay_s:={args.latency_ms / 1000.0}"]
     if args.policy == "scripted":
         out += ["-p", f"cameras:=[{ORACLE_CAMERA[0]}]", "-p", f"camera_topics:=[{ORACLE_CAMERA[1]}]"]
         if not getattr(args, "video", ""):  # only the stamps matter to the oracle; a video wants pixels
@@ -130,8 +129,6 @@ def scripted_cmd(args: argparse.Namespace, py: str, sim_yaml: Path, sim_time: bo
         "--ros-args",
         "-p",
         f"seed:={args.seed}",
-        "-p",
-        f"latency_s:={args.latency_ms / 1000.0}",
         "-p",
         "horizon:=50",
         "-p",

@@ -159,7 +159,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"5 s window), {f(o['tokens'], 0)} tokens in {f(o['frames'], 0)} frames",
         f"  chunk age at execution (sim ms): p50 {f(s['chunk_age_p50_ms'])}, p95 "
         f"{f(s['chunk_age_p95_ms'])}, max {f(s['chunk_age_max_ms'])}; arrival latency p50 "
-        f"{f(s['arrival_latency_p50_ms'])}, max {f(s['arrival_latency_max_ms'])}",
+        f"{f(s['arrival_latency_p50_ms'])}, max {f(s['arrival_latency_max_ms'])}"
+        + (f" (incl. {s['command_delay_s'] * 1e3:g} ms added latency)" if s.get("command_delay_s") else ""),
         f"  sim chunks       : received {f(s['chunks_received'], 0)} (per-step commands "
         f"{f(s.get('commands_received'), 0)}), executed "
         f"{f(s['chunks_executed'], 0)}, same-stamp replacements {f(s['same_stamp'], 0)}, "

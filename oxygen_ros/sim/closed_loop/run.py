@@ -23,8 +23,10 @@ after K chunks, checks that the sim reports a command loss and holds its last co
 the node after ``--hold-s`` seconds and waits until the loop runs again
 (``--frames-after-restart`` more chunks).
 
-``--policy scripted`` runs the scripted oracle (``scripted_policy``, the sim's pick-and-lift with
-``--latency-ms``) instead of the oxygen node; ``--episode-s T`` ends the run at task success or T
+``--policy scripted`` runs the scripted oracle (``scripted_policy``, the sim's pick-and-lift)
+instead of the oxygen node. ``--latency-ms L`` adds L ms (sim time) to either policy: the sim
+holds every chunk that long before executing it (its ``command_delay_s``), so the chunk acts on an
+observation L ms staler; ``--episode-s T`` ends the run at task success or T
 sim seconds into the episode and adds ``report['episode']`` (see
 :mod:`oxygen_ros.sim.closed_loop.episode`). In episode mode ``--ask "Where is the cube?"
 --ask-count N`` sends that checkable ask N times while the arm reaches and adds
@@ -97,7 +99,7 @@ def run_loop(
     cfg = config_dir()
     sim_yaml = Path(args.sim_params) if args.sim_params else cfg / "sim.yaml"
     oxy_yaml = Path(args.oxygen_params) if args.oxygen_params else cfg / "oxygen.yaml"
-    sim_time = args.rtf != 1.0 or scripted  # the oracle's latency is counted in sim time
+    sim_time = args.rtf != 1.0 or scripted  # the oracle follows the sim clock
     env = child_env(domain_id)
     py = sys.executable
     sim_cmd = [
@@ -388,6 +390,7 @@ def _summarise(
         "chunk_age_max_ms",
         "arrival_latency_p50_ms",
         "arrival_latency_max_ms",
+        "command_delay_s",
         "chunks_received",
         "commands_received",
         "accepted",
@@ -449,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--latency-ms",
         type=float,
         default=0.0,
-        help="scripted policy: publish the chunk of an observation this much (sim) time after its stamp (0)",
+        help="added policy latency: the sim executes every chunk this much (sim) time after it arrived (0)",
     )
     ap.add_argument(
         "--episode-s",

@@ -5,10 +5,10 @@ path as the oxygen node.
 It stands in for the oxygen node: one ``trajectory_msgs/JointTrajectory`` chunk on ``action_topic``
 per image of ``camera_topic`` (the oxygen node makes one frame per new image), the 14 ALOHA joint
 names, ``horizon`` points ``control_period_s`` apart (point ``i`` at ``(i + 1) * control_period_s``
-after the stamp), ``header.stamp`` = the image stamp (the observation time). The chunk of the
-observation stamped ``t`` is published when the node's clock reaches ``t + latency_s`` (sim time
-with ``use_sim_time`` when the sim publishes /clock), emulating inference latency. No chunk before
-a joint state has arrived (like the oxygen node, which needs the state for an observation).
+after the stamp), ``header.stamp`` = the image stamp (the observation time), published as soon as
+the image arrives (an added latency is the sim's ``command_delay_s``, the same for every policy).
+No chunk before a joint state has arrived (like the oxygen node, which needs the state for an
+observation).
 
 An oracle: it knows the cube placement from the sim's ``seed`` (see
 :class:`~oxygen_ros.sim.task.oracle.OracleScript`); script time 0 = the first observation of the
@@ -16,12 +16,11 @@ episode. Resets: it follows the ``resets`` counter of the sim's ``aloha_sim: exe
 ``/diagnostics`` (the sim publishes it at once on a reset): a new count plans the episode of seed
 ``seed + resets`` and drops chunks of observations stamped before the reset.
 
-Run: ``scripted_policy --ros-args -p seed:=0 -p latency_s:=0.3``.
+Run: ``scripted_policy --ros-args -p seed:=0``.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 from typing import Any
 
@@ -55,17 +54,13 @@ class ScriptedPolicyNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         d = self.declare_parameter
         self.seed = int(d("seed", 0).value)
-        self.latency_s = float(d("latency_s", 0.0).value)
         horizon = int(d("horizon", 50).value)
         self.period_s = float(d("control_period_s", 0.02).value)
         camera_topic = str(d("camera_topic", "cam_high/image_raw/compressed").value)
         raw = str(d("camera_type", "compressed").value) == "raw"
-        if horizon < 1 or not 0 < self.period_s <= 1 or not self.latency_s >= 0:
-            raise ValueError(
-                f"horizon {horizon} / control_period_s {self.period_s} / latency_s {self.latency_s} out of range"
-            )
+        if horizon < 1 or not 0 < self.period_s <= 1:
+            raise ValueError(f"horizon {horizon} / control_period_s {self.period_s} out of range")
         self.oracle = OracleScript(self.seed, horizon, self.period_s)
-        self._pending: collections.deque[tuple[float, JointTrajectory]] = collections.deque()  # (due, chunk message)
         self._have_state = False
         self._min_stamp = -1.0  # observations at or before a reset are dropped
         self.published = 0
@@ -75,10 +70,8 @@ class ScriptedPolicyNode(Node):
             JointState, str(d("joint_state_topic", "joint_states").value), self._on_state, sensor_data_qos()
         )
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(10))
-        self.create_timer(0.005, self._flush)
         self.get_logger().info(
-            f"scripted oracle policy: seed {self.seed}, latency "
-            f"{self.latency_s * 1e3:.0f} ms, {horizon} points every "
+            f"scripted oracle policy: seed {self.seed}, {horizon} points every "
             f"{self.period_s * 1e3:g} ms, one chunk per image of {camera_topic}"
         )
 
@@ -97,7 +90,6 @@ class ScriptedPolicyNode(Node):
             if resets > self.oracle.resets:
                 self.oracle.new_episode(resets)
                 self._min_stamp = _sec(msg.header.stamp)
-                self._pending.clear()
                 self.get_logger().info(f"sim reset #{resets}: new episode, cube seed {self.oracle.seed}")
 
     def _on_image(self, msg: Any) -> None:
@@ -106,14 +98,8 @@ class ScriptedPolicyNode(Node):
             return
         rows = self.oracle.chunk(t)
         traj = chunk_to_joint_trajectory(rows, JOINT_NAMES, msg.header.stamp, self.period_s)
-        self._pending.append((t + self.latency_s, traj))
-        self._flush()
-
-    def _flush(self) -> None:
-        now = self.get_clock().now().nanoseconds * 1e-9
-        while self._pending and self._pending[0][0] <= now + 1e-9:
-            self.pub.publish(self._pending.popleft()[1])
-            self.published += 1
+        self.pub.publish(traj)
+        self.published += 1
 
 
 def main(args: list[str] | None = None) -> int:
