@@ -367,3 +367,25 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["publish"]:
         sys.exit(_publisher_main(sys.argv[2:]))
     sys.exit(f"usage: {sys.argv[0]} publish --domain N [...]")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of process ``pid`` (from /proc; zombies excluded)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:  # state, ppid
+            out.append(int(stat.parent.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -30,7 +30,8 @@ models, engine settings, the oracle) in one table and one ``success_rate.png``, 
 under its label, e.g. the learned policy's latency curve beside the oracle's.
 
 Exit status: 0 every episode completed; 1 some failed or timed out (listed in the report);
-2 unusable input; 130 interrupted (finished episodes are kept).
+2 unusable input; 130 interrupted by Ctrl-C or SIGTERM (the running episodes are stopped with
+their nodes; finished episodes are kept).
 """
 
 from __future__ import annotations
@@ -328,8 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         elif not progress:  # no bar (a pipe, a log file): one line per finished episode
             print(f"evaluate: episode {row['episode']} ok ({len(rows)}/{len(episodes)})", file=sys.stderr, flush=True)
 
-    try:
-        run_episodes(todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress, skipped=len(rows))
+    from oxygen_ros.sim.closed_loop.processes import sigterm_as_interrupt
+
+    try:  # SIGTERM stops the running episodes with their nodes, as Ctrl-C does
+        with sigterm_as_interrupt():
+            run_episodes(
+                todo, folder.episodes_dir, ray_opts, args.episode_timeout_s, on_row, progress, skipped=len(rows)
+            )
     except ValueError as exc:  # resources the Ray instance cannot give
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2

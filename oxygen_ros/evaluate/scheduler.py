@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,6 +96,7 @@ def embedded_ray_env() -> None:
 
 def _init_ray(opts: RayOptions) -> Any:
     ray = import_ray(embedded=not opts.address)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
 
     if opts.address:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -105,6 +108,10 @@ def _init_ray(opts: RayOptions) -> Any:
             logging_level=logging.WARNING,
             log_to_driver=False,
         )
+    if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+        # ray.init installs its own SIGTERM handler (log and die); keep the caller's (evaluate's:
+        # stop the running episodes with their nodes)
+        signal.signal(signal.SIGTERM, on_sigterm)
     return ray
 
 

@@ -589,3 +589,64 @@ def test_compare_puts_finished_runs_in_one_report_and_plot(tmp_path, capsys):
     for argv in bad:
         assert evaluate_main([*argv, "--out", str(tmp_path / "x")]) == 2
         assert "evaluate: error: compare:" in capsys.readouterr().err
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_sigterm_stops_evaluate_and_every_episode_process(tmp_path):
+    """``kill`` (SIGTERM) of evaluate ends it as Ctrl-C does (exit 130): the running episode is
+    stopped with its nodes, nothing is left on its ROS domain. Before, the episode's process group
+    (its own session, so no signal reached it) outlived evaluate."""
+    from ros_helpers import alive, child_pids
+
+    out = tmp_path / "ev"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "oxygen_ros.evaluate.cli",
+            "closed-loop",
+            "--policy",
+            "scripted",
+            "--episodes",
+            "1",
+            "--workers",
+            "1",
+            "--episode-s",
+            "120",
+            "--latency-ms",
+            "2000",  # every chunk expires: the episode runs until it is stopped
+            "--progress",
+            "off",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    pid_file = out / "episodes" / "scripted-lat2000ms-seed0000" / "episode.pid"
+    try:
+        deadline = time.monotonic() + 120
+        nodes: list[int] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            if pid_file.is_file() and pid_file.read_text().strip():
+                leader = int(pid_file.read_text().split()[0])
+                nodes = child_pids(leader)
+                if len(nodes) == 2:  # the episode's closed_loop has started the sim and the oracle
+                    break
+            time.sleep(0.2)
+        assert len(nodes) == 2, proc.stdout.read() if proc.poll() is not None else "no episode nodes"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = proc.stdout.read()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in [leader, *nodes]):
+        time.sleep(0.2)
+    assert rc == 130, text
+    assert not [p for p in [leader, *nodes] if alive(p)], text
+    assert "interrupted" in text

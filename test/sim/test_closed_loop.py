@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
-from ros_helpers import REPO, ros_env
+from ros_helpers import REPO, alive, child_pids, ros_env
 
 pytest.importorskip("mujoco")
 pytest.importorskip("gym_aloha")
@@ -482,3 +484,55 @@ def test_episode_asks_are_scored_and_filmed(tmp_path):
         n += 1
     cap.release()
     assert n == v["frames"]
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_sigterm_stops_the_loop_and_its_nodes(tmp_path):
+    """``kill`` (SIGTERM) of a running closed_loop ends it as Ctrl-C does: it stops the sim and the
+    policy node (SIGINT, exit 0) and writes its report, instead of dying and leaving them running."""
+    with domain_id() as dom:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "oxygen_ros.sim.closed_loop.run",
+                "--domain-id",
+                str(dom),
+                "--policy",
+                "scripted",
+                "--episode-s",
+                "60",
+                "--json",
+                str(tmp_path / "report.json"),
+                "--log-dir",
+                str(tmp_path / "logs"),
+                "--timeout",
+                "120",
+            ],
+            cwd=REPO,
+            env=ros_env(dom),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            lines = []
+            for line in proc.stdout:  # the loop says when the first chunk came: both nodes run
+                lines.append(line)
+                if line.startswith("first chunk after"):
+                    break
+            nodes = child_pids(proc.pid)
+            assert len(nodes) == 2, "".join(lines)
+            proc.send_signal(signal.SIGTERM)
+            out = "".join(lines) + proc.stdout.read()
+            rc = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        time.sleep(0.5)
+        assert not [p for p in nodes if alive(p)], out
+    print(out)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert rc == 1 and report["error"] == "interrupted"
+    assert report["exit_codes"] == {"sim": [0], "scripted_policy": [0]}

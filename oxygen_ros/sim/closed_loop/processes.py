@@ -7,12 +7,22 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "ChildProcess", "child_env", "config_dir", "control_period", "ros_domain", "wait_for"]
+__all__ = [
+    "REPO",
+    "ChildProcess",
+    "child_env",
+    "config_dir",
+    "control_period",
+    "ros_domain",
+    "sigterm_as_interrupt",
+    "wait_for",
+]
 
 REPO = Path(__file__).resolve().parents[3]
 _LOG_LINE = re.compile(r"^\[(WARN|ERROR|FATAL)\]")
@@ -51,6 +61,27 @@ def child_env(domain_id: int) -> dict[str, str]:
     env.update(ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1", RCUTILS_LOGGING_BUFFERED_STREAM="0")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While in the block, SIGTERM (``kill``, systemd, ``docker stop``, a CI job's timeout) ends this
+    script as Ctrl-C does: it raises KeyboardInterrupt in the main thread, so the script stops the
+    processes it started instead of dying and leaving them running on their ROS domain. The
+    previous handler is restored on exit; off the main thread (where Python cannot set a handler)
+    it changes nothing."""
+
+    def _interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _default_sigint() -> None:

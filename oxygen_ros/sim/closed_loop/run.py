@@ -71,6 +71,7 @@ from oxygen_ros.sim.closed_loop.processes import (
     config_dir,
     control_period,
     ros_domain,
+    sigterm_as_interrupt,
     wait_for,
 )
 from oxygen_ros.sim.closed_loop.report import checks, command_safety, format_report, num
@@ -572,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="closed_loop_"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with ros_domain(args.domain_id) as dom:
+    try:  # SIGTERM: the loop stops its nodes, as on Ctrl-C
+        with sigterm_as_interrupt(), ros_domain(args.domain_id) as dom:
             report = run_loop(args, dom, log_dir)
     except ParamsFileError as exc:
         print(f"closed_loop: {exc}", file=sys.stderr)
