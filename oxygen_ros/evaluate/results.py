@@ -304,12 +304,17 @@ def format_aggregate(agg: dict[str, Any]) -> str:
         for g in agg["groups"]:
             ci = f"[{g['wilson95_low']:.2f}, {g['wilson95_high']:.2f}]" if g["wilson95_low"] is not None else "-"
             acc = _f(g.get("answer_accuracy"), 2)
-            ans = f" {g.get('answers_correct', 0):>5}/{g.get('answers_asked', 0):<5} {acc:>5}"
+            touched = f"{g['touched']}/{g['completed']}"
+            ans = (
+                f" {g.get('answers_correct', 0):>5}/{g.get('answers_asked', 0):<5} {acc:>5}"
+                if g.get("answers_asked")
+                else f" {'-':>11} {'-':>5}"  # this group asked nothing (e.g. the oracle beside a model)
+            )
             lines.append(
                 f"  {g['policy']:<{w}} {g['latency_ms']:>6g}ms {g['successes']:>4}/"
                 f"{g['completed']:<4} {_f(g['success_rate'], 2):>6} {ci:>15} "
                 f"{_f(g['time_to_success_s_mean'], 2, 's'):>9} {_f(g['path_length_rad_mean'], 2):>8} "
-                f"{_f(g['max_switch_jump_max'], 3):>8} {g['touched']:>4}/{g['completed']:<4}"
+                f"{_f(g['max_switch_jump_max'], 3):>8} {touched:>9}"
                 + (ans if asked else "")
                 + (f"  ({g['failed']} failed, not in the rate)" if g["failed"] else "")
             )

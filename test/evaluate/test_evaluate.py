@@ -210,7 +210,7 @@ def test_aggregate_closed_loop_groups_and_failures():
     assert (g["touched_wilson95_low"], g["touched_wilson95_high"]) == pytest.approx(wilson_interval(9, 10))
     text = format_aggregate(agg)
     assert "9/10" in text and "TIMED_OUT e10: timed out after 900 s" in text
-    assert text.splitlines()[1].split()[-1] == "touched" and "0.900    9/10    (1 failed" in text.splitlines()[2]
+    assert text.splitlines()[1].split()[-1] == "touched" and "0.900      9/10  (1 failed" in text.splitlines()[2]
 
 
 def test_output_folder_resume_rules(tmp_path):
@@ -513,6 +513,8 @@ def test_aggregate_answer_accuracy_per_group_and_overall(tmp_path):
     text = format_aggregate(agg)
     assert "answers" in text.splitlines()[1] and "5/8" in text and "0.62" in text
     assert "answers (all groups): 5/12 correct (accuracy 0.42)" in text
+    mixed = format_aggregate(aggregate([row(0, 0.0, 4), {**row(5, 100.0, None), "policy": "scripted"}], CLOSED_LOOP))
+    assert mixed.splitlines()[3].split()[-2:] == ["-", "-"]  # a group that asked nothing: no 0/0
     plain = format_aggregate(aggregate([row(0, 0.0, None)], CLOSED_LOOP))
     assert "answers" not in plain and aggregate([row(0, 0.0, None)], CLOSED_LOOP)["answers"]["answer_accuracy"] is None
     folder = OutputFolder(tmp_path / "ev", {"kind": CLOSED_LOOP, "options": []})
@@ -576,6 +578,7 @@ def test_compare_puts_finished_runs_in_one_report_and_plot(tmp_path, capsys):
     text = (out / "report.txt").read_text()
     assert "eval_oracle           0ms    2/2" in text and "eval_oracle        1000ms    0/2" in text
     assert "trained pi05-sim      0ms    0/2" in text and "1/2" in text
+    assert "answers" not in text  # no run asked: no answer columns
     assert (out / "success_rate.png").is_file()
     table = json.loads((out / "episodes.json").read_text())
     assert table[0]["episode"] == "eval_oracle/scripted-lat0ms-seed0000" and table[0]["run_policy"] == "scripted"
