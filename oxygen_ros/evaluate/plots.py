@@ -1,6 +1,6 @@
 """Plots of an evaluation (matplotlib, Agg): ``success_rate.png`` (closed loop: success rate and
 the rate of episodes where the right gripper touched the cube, per latency and policy with the
-95 % Wilson interval) or ``action_error.png`` (open loop: mean
+95 % Wilson interval, and the arms' mean joint path) or ``action_error.png`` (open loop: mean
 normalised action error vs the horizon index, policy and hold-the-state baseline, and per bag)."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ __all__ = ["save_plots"]
 def _success(agg: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.0), sharex=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.0), sharex=True)
     panels = (
-        ("success_rate", "wilson95", "success rate", "cube lifted and held"),
-        ("touched_rate", "touched_wilson95", "touched rate", "right gripper touched the cube (reward >= 1)"),
+        ("success_rate", "wilson95", "success rate (95 % Wilson interval)", "cube lifted and held"),
+        ("touched_rate", "touched_wilson95", "touched rate (95 % Wilson interval)", "right gripper touched the cube"),
+        ("path_length_rad_mean", None, "arm joint path, mean (rad)", "how much the arms move"),
     )
     for ax, (key, ci, ylabel, title) in zip(axes, panels, strict=True):
         for policy in sorted({g["policy"] for g in agg["groups"]}):
@@ -29,16 +30,19 @@ def _success(agg: dict[str, Any], path: Path) -> None:
                 continue
             x = [g["latency_ms"] for g in gs]
             y = [g[key] for g in gs]
-            err = [[r - g[f"{ci}_low"] for r, g in zip(y, gs)], [g[f"{ci}_high"] - r for r, g in zip(y, gs)]]
             ns = sorted({g["completed"] for g in gs})
-            ax.errorbar(
-                x, y, yerr=err, marker="o", capsize=4, label=f"{policy} (n={'/'.join(map(str, ns))} per latency)"
-            )
+            label = f"{policy} (n={'/'.join(map(str, ns))} per latency)"
+            if ci is None:
+                ax.plot(x, y, marker="o", label=label)
+                continue
+            err = [[r - g[f"{ci}_low"] for r, g in zip(y, gs)], [g[f"{ci}_high"] - r for r, g in zip(y, gs)]]
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=4, label=label)
         ax.set_xlabel("added policy latency (ms)")
-        ax.set_ylabel(f"{ylabel} (95 % Wilson interval)")
-        ax.set_ylim(-0.05, 1.05)
+        ax.set_ylabel(ylabel)
+        if ci is not None:
+            ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
         ax.set_title(title)
     fig.suptitle("closed loop")
     fig.tight_layout()
