@@ -294,7 +294,9 @@ def test_an_added_latency_is_held_by_the_sim_and_the_oracle_still_succeeds(tmp_p
     ep, sim = report["episode"], report["sim"]
     assert ep["success"] is True and ep["latency_ms"] == 300
     assert sim["command_delay_s"] == pytest.approx(0.3)
-    assert sim["arrival_latency_p50_ms"] >= 300 and sim["late_points"] > 0
+    # offered at the first step >= arrival + 0.3 s; a chunk can arrive in its image's own step, so
+    # the latency can be 300 ms exactly, up to the float rounding of the sim clock
+    assert sim["arrival_latency_p50_ms"] >= 300 - 1e-3 and sim["late_points"] > 0
 
 
 @pytest.mark.ros
