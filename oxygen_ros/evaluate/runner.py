@@ -264,14 +264,15 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> Non
         pass
 
 
-def kill_episode_group(out_dir: Path) -> bool:
-    """SIGKILL the process group recorded in ``out_dir`` (an episode whose Ray task was cancelled
-    or lost: its processes run in their own session and would outlive the worker). Returns
-    whether a group was signalled. Works on this machine only (a cluster node's own episodes end
-    at their own time limit)."""
+def kill_episode_group(out_dir: Path, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` (SIGKILL; SIGINT to let ``closed_loop`` stop its nodes and report) to the
+    process group recorded in ``out_dir`` (an episode whose Ray task was cancelled, lost or is
+    being interrupted: its processes run in their own session and would outlive the worker).
+    Returns whether a group was signalled. Works on this machine only (a cluster node's own
+    episodes end at their own time limit)."""
     try:
         pgid = int((out_dir / PID_FILE).read_text())
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
         return True
     except (OSError, ValueError):
         return False

@@ -176,7 +176,7 @@ def run_episodes(
         skipped: episodes already finished (the bar starts there).
 
     Raises:
-        KeyboardInterrupt: after cancelling the episodes still running (their rows are not made).
+        KeyboardInterrupt: after stopping the episodes still running (their rows are not made).
         ImportError: Ray is not installed.
         ValueError: the per-episode resources exceed the Ray instance's (nothing was run).
     """
@@ -238,12 +238,20 @@ def run_episodes(
                 bar.update(1)
                 bar.set_postfix(counts, refresh=False)
     except KeyboardInterrupt:
-        # a plain cancel raises KeyboardInterrupt in the task, which stops its episode's processes
-        for ref in running:
-            ray.cancel(ref)
+        # Local episodes are interrupted directly (SIGINT to their process group: closed_loop stops
+        # its nodes and reports), so their tasks return by themselves; then SIGKILL what is left.
+        # Cancelling a task while it completes can abort Ray's core worker (task_manager.cc "Tried
+        # to complete task that was not pending"), so only a cluster's episodes, which these
+        # signals cannot reach, are cancelled.
+        for ep, _ in running.values():
+            kill_episode_group(out_root / ep.id, signal.SIGINT)
+        if opts.address:
+            for ref in running:
+                ray.cancel(ref)
         ray.wait(list(running), num_returns=len(running), timeout=GRACE_S + 10.0)
         for ref, (ep, _) in running.items():
-            ray.cancel(ref, force=True)
+            if opts.address:
+                ray.cancel(ref, force=True)
             kill_episode_group(out_root / ep.id)
         raise
     finally:
