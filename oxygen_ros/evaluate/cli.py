@@ -25,6 +25,10 @@ joins a cluster; ``--workers`` episodes at once, each reserving ``--cpus-per-epi
 ``--gpus-per-episode``. A failed or timed-out episode is a row with its error; rerunning into the
 same ``--out`` skips the finished episodes (:mod:`oxygen_ros.evaluate.results`).
 
+``placement``: ``evaluate placement --model M [--seeds N]`` asks, without the node, whether a
+sim-trained policy sees the cube: its first chunk and answer at the start pose across placements
+against the oracle's (:mod:`oxygen_ros.train.placement`; a few seconds).
+
 ``compare``: ``evaluate compare [LABEL=]DIR ... --out OUT`` puts finished closed-loop runs (other
 models, engine settings, the oracle) in one table and one ``success_rate.png``, each run a group
 under its label, e.g. the learned policy's latency curve beside the oracle's.
@@ -167,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("runs", nargs="+", metavar="[LABEL=]DIR", help="finished closed-loop --out folders")
     cmp.add_argument("--out", type=Path, required=True, help="folder of the combined report")
     cmp.add_argument("--overwrite", action="store_true", help="replace a previous comparison in --out")
+    pl = sub.add_parser("placement", help="does the policy's first chunk and answer follow the cube? (no ROS)")
+    pl.add_argument("--model", required=True, help="checkpoint folder (a sim-trained policy)")
+    pl.add_argument("--seeds", type=int, default=20, help="placements 0 .. N-1 (default: %(default)s)")
+    pl.add_argument("--seed", type=int, default=0, help="first placement seed (default: %(default)s)")
+    pl.add_argument("--json", type=Path, help="also write the summary and per-seed answers here")
     return p
 
 
@@ -291,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.kind == "compare":
         return _compare(args)
+    if args.kind == "placement":
+        return _placement(args)
     from oxygen_ros.evaluate.scheduler import RayOptions, import_ray, run_episodes
 
     try:
@@ -361,6 +372,30 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return 2
     return _finish(folder, table, CLOSED_LOOP)
+
+
+def _placement(args: argparse.Namespace) -> int:
+    """``evaluate placement``: :func:`~oxygen_ros.train.placement.placement_check` of ``--model``
+    over seeds ``--seed .. --seed+--seeds-1``, in this process (no node, no Ray)."""
+    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.train.placement import placement_check, placement_line
+
+    try:
+        policy = Pi05Policy.from_pretrained(args.model, device="cpu")
+        check = placement_check(policy, range(args.seed, args.seed + args.seeds))
+    except (ValueError, OSError) as exc:  # CheckpointError is a ValueError
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        print(f"evaluate: error: {exc}; install requirements-sim.txt", file=sys.stderr)
+        return 1
+    for seed, answer, truth in zip(check.seeds, check.answers, check.truths, strict=True):
+        print(f"seed {seed:4d}: answers {answer.strip()!r:18} truth {truth!r}")
+    print(placement_line(check.summary))
+    if args.json:
+        answers = [{"seed": s, "answer": a, "truth": t} for s, a, t in zip(check.seeds, check.answers, check.truths)]
+        args.json.write_text(json.dumps({"summary": check.summary, "answers": answers}, indent=1))
+    return 0
 
 
 def _finish(folder: OutputFolder, table: list[dict[str, Any]], kind: str) -> int:

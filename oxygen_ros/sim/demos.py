@@ -9,7 +9,8 @@ alike. Layout::
     <out>/episode_0000/   seed = first_seed
     <out>/episode_0001/   seed = first_seed + 1
     ...
-    <out>/demos.json      {"first_seed", "episodes", "size", "camera_rate_hz", "seconds", "seeds"}
+    <out>/demos.json      {"first_seed", "episodes", "size", "camera_rate_hz", "seconds", "seeds",
+                           "start_jitter_rad"}
 
 Episodes already complete in ``<out>`` (a bag folder with its ``metadata.yaml``) are kept, so an
 interrupted run resumes. The default first seed (1000) keeps training placements apart from the
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from oxygen_ros.sim.record_bag import parse_size, record
+from oxygen_ros.sim.record_bag import MAX_START_JITTER, parse_size, record
 
 __all__ = ["INDEX", "episode_folder", "main", "record_demos"]
 
@@ -39,7 +40,9 @@ def episode_folder(out: Path, index: int) -> Path:
     return Path(out) / f"episode_{index:04d}"
 
 
-def _one(out: Path, index: int, seed: int, seconds: float, size: tuple[int, int], camera_rate: float) -> int:
+def _one(
+    out: Path, index: int, seed: int, seconds: float, size: tuple[int, int], camera_rate: float, start_jitter: float
+) -> int:
     record(
         episode_folder(out, index),
         seconds=seconds,
@@ -48,6 +51,7 @@ def _one(out: Path, index: int, seed: int, seconds: float, size: tuple[int, int]
         camera_rate=camera_rate,
         progress=False,
         overwrite=True,
+        start_jitter=start_jitter,
     )
     return index
 
@@ -61,6 +65,7 @@ def record_demos(
     camera_rate: float = 10.0,
     workers: int = 1,
     progress: bool = True,
+    start_jitter: float = 0.0,
 ) -> list[Path]:
     """Record ``episodes`` oracle episodes (seeds ``first_seed …``) into ``out``; returns their folders.
 
@@ -73,31 +78,27 @@ def record_demos(
         camera_rate: camera frames per sim second.
         workers: episodes recorded in parallel (processes).
         progress: tqdm bar over episodes.
+        start_jitter: radians; each episode's arms start this far (at most, per joint, seeded by
+            the episode's seed) from the start pose — see :func:`record`. Episodes already in
+            ``out`` must have been recorded with the same value.
 
     Raises:
-        ValueError: bad counts or sizes (from :func:`record` too).
+        ValueError: bad counts, sizes or jitter (from :func:`record` too), or ``out`` holds
+            episodes recorded with another ``first_seed`` or ``start_jitter``.
     """
     from tqdm import tqdm
 
     if episodes < 1 or workers < 1:
         raise ValueError(f"episodes and workers must be >= 1, got {episodes}, {workers}")
+    if not 0.0 <= start_jitter <= MAX_START_JITTER:
+        raise ValueError(f"start jitter must be in [0, {MAX_START_JITTER}] rad, got {start_jitter}")
     out = Path(out)
+    if (out / INDEX).is_file():  # resuming: the kept episodes must match what is asked now
+        old = json.loads((out / INDEX).read_text())
+        for key, value in (("first_seed", first_seed), ("start_jitter_rad", start_jitter)):
+            if old.get(key, 0.0 if key == "start_jitter_rad" else None) != value:
+                raise ValueError(f"{out} holds episodes with {key} {old.get(key)}, asked {value}; use another --out")
     out.mkdir(parents=True, exist_ok=True)
-    todo = [i for i in range(episodes) if not (episode_folder(out, i) / "metadata.yaml").is_file()]
-    bar = tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep", disable=not progress)
-    if workers == 1:  # in this process: nothing to fork
-        for i in todo:
-            _one(out, i, first_seed + i, seconds, size, camera_rate)
-            bar.update(1)
-    else:
-        # spawn, never fork: the caller may hold threads (torch's pool, rclpy, pytest's plugins)
-        # whose locks a forked child inherits taken, and then waits on forever
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            jobs = [pool.submit(_one, out, i, first_seed + i, seconds, size, camera_rate) for i in todo]
-            for job in as_completed(jobs):
-                job.result()
-                bar.update(1)
-    bar.close()
     index = {
         "first_seed": first_seed,
         "episodes": episodes,
@@ -105,9 +106,26 @@ def record_demos(
         "size": list(size),
         "camera_rate_hz": camera_rate,
         "seconds": seconds,
+        "start_jitter_rad": start_jitter,
         "source": "gym-aloha transfer_cube, scripted pick-and-lift (oxygen_ros.sim.task.script)",
     }
+    # written first, so an interrupted run is resumed only with the same seeds and jitter
     (out / INDEX).write_text(json.dumps(index, indent=1))
+    todo = [i for i in range(episodes) if not (episode_folder(out, i) / "metadata.yaml").is_file()]
+    bar = tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep", disable=not progress)
+    if workers == 1:  # in this process: nothing to fork
+        for i in todo:
+            _one(out, i, first_seed + i, seconds, size, camera_rate, start_jitter)
+            bar.update(1)
+    else:
+        # spawn, never fork: the caller may hold threads (torch's pool, rclpy, pytest's plugins)
+        # whose locks a forked child inherits taken, and then waits on forever
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            jobs = [pool.submit(_one, out, i, first_seed + i, seconds, size, camera_rate, start_jitter) for i in todo]
+            for job in as_completed(jobs):
+                job.result()
+                bar.update(1)
+    bar.close()
     return [episode_folder(out, i) for i in range(episodes)]
 
 
@@ -125,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--camera-rate", type=float, default=10.0, help="camera Hz (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (default: %(default)s)")
+    p.add_argument(
+        "--start-jitter",
+        type=float,
+        default=0.0,
+        metavar="RAD",
+        help="start each arm joint up to this far from the start pose, seeded per episode, so the arm "
+        "pose does not give the cube away (default: %(default)s)",
+    )
     return p
 
 
@@ -140,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             size=args.size,
             camera_rate=args.camera_rate,
             workers=args.workers,
+            start_jitter=args.start_jitter,
             progress=sys.stderr.isatty(),
         )
     except ValueError as exc:

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
+
 from oxygen_ros.sim.sample_writer import SampleBagWriter, check_replaceable
 from oxygen_ros.sim.scene import (
     CAMERA_SLOTS,
@@ -71,6 +73,9 @@ ASKS: tuple[tuple[float, str], ...] = (
 ``/language/cube_region`` target at that stamp: on the table at 3 s, in the gripper at 7 s)."""
 
 DEFAULT_OUT = Path("data/aloha_sim_sample")
+MAX_START_JITTER = 0.5
+"""Largest ``start_jitter`` accepted, radians (the script lifts the cube from every start tried
+within ±0.3 rad of each arm joint)."""
 SIM_REQUIREMENTS = "pip install mujoco==3.8.1 gym-aloha==0.1.5"
 
 
@@ -106,6 +111,20 @@ class RecordResult:
     wall_s: float = 0.0
 
 
+def start_offset(seed: int, start_jitter: float) -> np.ndarray | None:
+    """The ``[14]`` start-pose offset of episode ``seed`` for :meth:`SimScene.reset`, or None for 0.
+
+    Each arm joint gets a uniform draw from ``[-start_jitter, start_jitter]`` radians from a
+    generator seeded by ``seed`` (apart from the cube placement's); the grippers get 0.
+    """
+    if start_jitter <= 0.0:
+        return None
+    rng = np.random.default_rng([int(seed), 0x5A17])
+    offset = rng.uniform(-start_jitter, start_jitter, len(JOINT_NAMES))
+    offset[[6, 13]] = 0.0
+    return offset
+
+
 def _due(tick: int, rate: Fraction, fps: Fraction) -> bool:
     """Whether a ``rate`` Hz stream emits at control tick ``tick`` of an ``fps`` Hz loop.
 
@@ -127,6 +146,7 @@ def record(
     jpeg_quality: int = 85,
     overwrite: bool = False,
     progress: bool = True,
+    start_jitter: float = 0.0,
 ) -> RecordResult:
     """Run the scripted simulation and write the bag folder ``out`` (metadata.yaml + one .mcap).
 
@@ -143,6 +163,11 @@ def record(
         overwrite: replace an existing ``out``; the old one is removed only after the new bag is
             complete.
         progress: show a tqdm progress bar.
+        start_jitter: radians; each of the 12 arm joints starts at gym-aloha's start pose plus an
+            offset drawn uniformly from ``[-start_jitter, start_jitter]`` (seeded by ``seed``;
+            grippers unchanged). With 0 every episode leaves from the same pose, and then the arm
+            pose at any instant tells where the script is heading — a policy trained on such
+            demonstrations can imitate them without ever looking at the cube.
 
     Raises:
         FileExistsError: ``out`` exists and ``overwrite`` is false, or ``out`` is not a bag folder
@@ -174,6 +199,8 @@ def record(
         raise ValueError(f"--seconds {seconds} at {fps} Hz records no control step")
     if not 1 <= jpeg_quality <= 100:
         raise ValueError(f"JPEG quality must be in 1..100, got {jpeg_quality}")
+    if not 0.0 <= start_jitter <= MAX_START_JITTER:
+        raise ValueError(f"start jitter must be in [0, {MAX_START_JITTER}] rad, got {start_jitter}")
 
     t_wall = time.perf_counter()
     scene = SimScene(cameras=cameras, image_size=size, control_rate_hz=fps)
@@ -191,8 +218,9 @@ def record(
         bag = SampleBagWriter(tmp / out.name, types, JOINT_NAMES)
         bag.writer.set_custom_data("oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}")
         bag.writer.set_custom_data("oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items()))
+        bag.writer.set_custom_data("oxygen_ros.start_jitter_rad", f"{start_jitter:g}")
         bag.writer.set_custom_data("oxygen_ros.gripper_units", "normalised opening, 0 closed .. 1 open")
-        scene.reset(seed)
+        scene.reset(seed, start_offset(seed, start_jitter))
         motion = ScriptedPickLift(scene)
         asks = sorted(ASKS)
         period_ns = Fraction(10**9) / fps_q
@@ -268,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jpeg-quality", type=int, default=85, help="JPEG quality 1..100 (default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
     p.add_argument(
+        "--start-jitter",
+        type=float,
+        default=0.0,
+        metavar="RAD",
+        help="start each arm joint up to this far from the start pose, seeded (default: %(default)s)",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)"
     )
     return p
@@ -288,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             instruction=args.instruction,
             jpeg_quality=args.jpeg_quality,
             overwrite=args.overwrite,
+            start_jitter=args.start_jitter,
             progress=not args.no_progress and sys.stderr.isatty(),  # no bar frames into a pipe
         )
     except (FileExistsError, ValueError) as exc:

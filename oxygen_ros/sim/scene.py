@@ -139,21 +139,43 @@ class SimScene:
         """Seconds of simulated time since the last ``reset`` (control steps / control rate)."""
         return self._steps / self.control_rate_hz
 
-    def reset(self, seed: int = 0) -> np.ndarray:
+    def reset(self, seed: int = 0, arm_offset: np.ndarray | None = None) -> np.ndarray:
         """Place the arms at gym-aloha's start pose and the cube at its seeded random pose.
 
         Args:
             seed: cube placement seed (gym-aloha's ``sample_box_pose``: x in [0, 0.2] m,
                 y in [0.4, 0.6] m on the table).
+            arm_offset: optional ``[14]`` radians added to the start pose's arm joints (the two
+                gripper entries must be 0): the arms start there, at rest, and the actuators hold
+                them there until the first ``step``. ``record_demos --start-jitter`` uses it so
+                that demonstrations do not all leave from one pose.
 
         Returns:
             ``[14]`` float64 joint positions (see module docstring for units).
+
+        Raises:
+            ValueError: ``arm_offset`` is not 14 finite values with zero gripper entries.
         """
         from gym_aloha.tasks.sim import BOX_POSE
         from gym_aloha.utils import sample_box_pose
 
+        offset = None
+        if arm_offset is not None:
+            offset = np.asarray(arm_offset, dtype=np.float64).reshape(-1)
+            if offset.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(offset)) or np.any(offset[[6, 13]]):
+                raise ValueError(f"arm_offset must be 14 finite values with 0 for both grippers, got {arm_offset!r}")
         BOX_POSE[0] = sample_box_pose(seed)  # gym-aloha's task reads this global on reset
         self._obs = dict(self._env.reset().observation)
+        if offset is not None and np.any(offset):
+            physics = self.physics
+            # raw qpos / ctrl: left arm 0..5, left fingers 6..7, right arm 8..13, right fingers 14..15
+            raw = np.r_[0:6, 8:14]
+            arms = np.r_[0:6, 7:13]
+            # not physics.reset_context(): it zeroes the state first, the cube pose included
+            physics.data.qpos[raw] += offset[arms]
+            physics.data.ctrl[raw] = physics.data.qpos[raw]
+            physics.forward()
+            self._obs = dict(self._env.task.get_observation(physics))
         self._steps = 0
         self.reward = 0.0
         return self.joint_positions()

@@ -9,7 +9,9 @@ tokenizer) loads by path in the node (``model_path``), ``replay`` and ``evaluate
 ``train_log.json`` (every logged step), ``loss.png`` and a model card ``README.md``.
 
 Held-out episodes (``--held-out``, the last ones) are never trained on: at the end their open-loop
-action error is measured against the "hold the current state" baseline.
+action error is measured against the "hold the current state" baseline. Then the placement check
+(:mod:`oxygen_ros.train.placement`) asks whether the first chunk and the answer follow the cube
+across 20 unseen placements — what open-loop error on recorded episodes cannot show.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ if TYPE_CHECKING:  # torch and the model are imported when training starts (``tr
     from oxygen_ros.core.types import NormStats
     from oxygen_ros.train.dataset import DemoData
 
-__all__ = ["TrainConfig", "TrainResult", "main", "train"]
+__all__ = ["PLACEMENT_SEEDS", "TrainConfig", "TrainResult", "main", "train"]
+
+PLACEMENT_SEEDS = 20
+"""The placement check at the end of a run uses seeds 0 .. 19 (``evaluate closed-loop``'s)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,9 @@ class TrainResult:
     wall_s: float
     log: list[dict[str, float]] = field(default_factory=list)
     held_out: dict[str, float] = field(default_factory=dict)
+    placement: dict[str, float] = field(default_factory=dict)
+    """:func:`~oxygen_ros.train.placement.placement_check` summary on seeds 0 .. PLACEMENT_SEEDS-1
+    (empty without the simulator)."""
 
 
 def dataset_norm_stats(data: DemoData) -> dict[str, NormStats]:
@@ -219,6 +227,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     from oxygen_ros.core.tokenizer import build_tokenizer
     from oxygen_ros.train.dataset import DemoError, load_demos
     from oxygen_ros.train.objective import co_training_loss, sample_flow_time
+    from oxygen_ros.train.placement import placement_check
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
@@ -286,8 +295,14 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     save_pretrained(model, tmp, stats, layout="openpi", tokenizer=tokenizer)
-    held = held_out_error(Pi05Policy.from_pretrained(tmp, device="cpu"), data, test_rows[::5], seed=cfg.seed)
-    result = TrainResult(out, steps_done, wall, log, held)
+    trained = Pi05Policy.from_pretrained(tmp, device="cpu")
+    held = held_out_error(trained, data, test_rows[::5], seed=cfg.seed)
+    placement: dict[str, float] = {}
+    try:
+        placement = placement_check(trained, range(PLACEMENT_SEEDS), noise_seed=cfg.seed).summary
+    except ImportError as exc:  # the demonstrations may have been recorded on another machine
+        print(f"train: no placement check ({exc}); install requirements-sim.txt", file=sys.stderr)
+    result = TrainResult(out, steps_done, wall, log, held, placement)
     record = {
         "config": cfg.__dict__,
         "demos": str(demos),
@@ -296,6 +311,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         "steps": steps_done,
         "wall_s": wall,
         "held_out": held,
+        "placement": placement,
         "log": log,
     }
     (tmp / "train_log.json").write_text(json.dumps(record, indent=1))
@@ -332,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns 0, or 2 for bad arguments / unusable demonstrations."""
     args = build_parser().parse_args(argv)
     from oxygen_ros.train.dataset import DemoError
+    from oxygen_ros.train.placement import placement_line
 
     cfg = TrainConfig(
         preset=args.preset,
@@ -355,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"wrote {result.folder}: {result.steps} steps in {result.wall_s / 60:.1f} min; held-out open-loop MAE "
         f"{h['model_mae']:.4f} (hold the state: {h['hold_mae']:.4f}) over {int(h['frames'])} frames"
     )
+    if result.placement:
+        print(placement_line(result.placement))
     return 0
 
 

@@ -182,6 +182,8 @@ def test_overwrite_refuses_non_bag_folder(tmp_path):
         ({"seconds": 0.001}, "no control step"),
         ({"jpeg_quality": 0}, "JPEG quality"),
         ({"cameras": ["top", "top"]}, "duplicate camera"),
+        ({"start_jitter": -0.1}, "start jitter"),
+        ({"start_jitter": 0.6}, "start jitter"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, match):
@@ -241,3 +243,45 @@ def test_into_a_pipe_record_sim_bag_draws_no_progress_bar(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "metadata.yaml").is_file()
     assert "\r" not in r.stderr and "step/s" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]
+
+
+def test_start_offsets_are_seeded_per_episode_and_leave_the_grippers():
+    from oxygen_ros.sim.record_bag import start_offset
+
+    assert start_offset(3, 0.0) is None
+    a, b = start_offset(3, 0.3), start_offset(4, 0.3)
+    np.testing.assert_array_equal(a, start_offset(3, 0.3))
+    assert a.shape == (14,) and not np.allclose(a, b)
+    assert a[6] == a[13] == 0.0 and np.abs(a).max() <= 0.3 and np.abs(a).max() > 0.1
+
+
+@pytest.mark.slow
+def test_a_jittered_episode_starts_off_the_start_pose_and_the_oracle_still_lifts(tmp_path):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("gym_aloha")
+    from oxygen_ros.sim.record_bag import start_offset
+    from oxygen_ros.sim.scene import SimScene
+    from oxygen_ros.sim.task.script import ScriptedPickLift
+
+    plain, jittered = tmp_path / "plain", tmp_path / "jittered"
+    assert main(["--out", str(plain), "--seconds", "0.1", "--size", "64x48", "--seed", "5", "--no-progress"]) == 0
+    args = ["--out", str(jittered), "--seconds", "0.1", "--size", "64x48", "--seed", "5", "--no-progress"]
+    assert main([*args, "--start-jitter", "0.3"]) == 0
+    q_plain = np.array(read_bag(plain)[JOINT_STATES_TOPIC][0][1].position)
+    q_jit = np.array(read_bag(jittered)[JOINT_STATES_TOPIC][0][1].position)
+    np.testing.assert_allclose(q_jit - q_plain, start_offset(5, 0.3), atol=1e-9)
+    # the scripted pick-and-lift still lifts the cube from a jittered start
+    scene = SimScene(cameras=("top",), image_size=(48, 64))
+    try:
+        scene.reset(5, start_offset(5, 0.3))
+        script = ScriptedPickLift(scene)
+        for k in range(round(script.duration * scene.control_rate_hz)):
+            scene.step(script(k / scene.control_rate_hz))
+        assert scene.cube_position[2] > 0.15
+        # a bad offset is refused, and a plain reset is back at the start pose
+        for bad in (np.ones(14), np.full(14, np.nan), np.zeros(12)):
+            with pytest.raises(ValueError, match="arm_offset"):
+                scene.reset(5, bad)
+        np.testing.assert_allclose(scene.reset(5), q_plain, atol=1e-9)
+    finally:
+        scene.close()

@@ -49,6 +49,12 @@ def test_record_demos_writes_bags_with_language_targets(demos):
 
     assert demos_main(["--out", str(demos), "--episodes", "3", "--seconds", "1", "--first-seed", "7"]) == 0
     assert (folders[0] / "metadata.yaml").stat().st_mtime_ns == before
+    # ... but only as asked before: other seeds or another start jitter would mix two datasets
+    again = ["--out", str(demos), "--episodes", "3", "--seconds", "1"]
+    assert demos_main([*again, "--first-seed", "8"]) == 2
+    assert demos_main([*again, "--first-seed", "7", "--start-jitter", "0.2"]) == 2
+    assert demos_main(["--out", str(demos), "--episodes", "3", "--start-jitter", "0.9"]) == 2
+    assert json.loads((demos / "demos.json").read_text()) == index
 
 
 @pytest.mark.slow
@@ -92,12 +98,14 @@ def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
     out = tmp_path / "ckpt"
     args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "4", "--held-out", "1"]
     assert train_main([*args, "--batch-size", "4"]) == 0
-    assert "held-out open-loop MAE" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "held-out open-loop MAE" in printed and "placement check over 20 unseen placements" in printed
     for name in ("model.safetensors", "train_log.json", "loss.png", "tokenizer.json"):
         assert (out / name).is_file(), name
     log = json.loads((out / "train_log.json").read_text())
     assert log["steps"] == 4 and log["episodes"] == 3 and log["train_frames"] == 20
     assert np.isfinite([e["flow"] for e in log["log"]]).all()
+    assert log["placement"]["placements"] == 20 and np.isfinite(list(log["placement"].values())).all()
     policy = Pi05Policy.from_pretrained(out, device="cpu")
     data = load_demos(demos, get_preset("pi05-tiny"), progress=False)
     np.testing.assert_allclose(policy.norm_stats["state"].q99, np.quantile(data.state, 0.99, axis=0), rtol=1e-5)
