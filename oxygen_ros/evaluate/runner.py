@@ -31,6 +31,7 @@ __all__ = [
     "CLOSED_LOOP_METRICS",
     "OPEN_LOOP_METRICS",
     "PID_FILE",
+    "STOP_FILE",
     "kill_episode_group",
     "row_from_outputs",
     "run_episode",
@@ -83,6 +84,11 @@ themselves are the row's ``answers`` list, in ``episodes.json`` only) and the ep
 PID_FILE = "episode.pid"
 """Written in the episode folder when its process starts: the id of its process group (and the
 time it started running, as the file's modification time)."""
+
+STOP_FILE = "evaluate.stop"
+"""Written beside the episode folders by an interrupted ``evaluate`` before it signals the running
+episodes: an episode whose process starts after that (so its pid file was not there to be found)
+stops itself, and one not started yet does not start."""
 
 GRACE_S = 30.0
 """Seconds between SIGINT and SIGKILL of a timed-out episode's process group."""
@@ -235,6 +241,9 @@ def run_episode(
     with open(out_dir / "output.log", "w+b") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
+        stop = out_dir.parent / STOP_FILE
+        if stop.exists():
+            return row_from_outputs(episode, out_dir, None, "not started: the evaluation was interrupted", 0.0, False)
         try:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd, start_new_session=True
@@ -243,6 +252,11 @@ def run_episode(
             return row_from_outputs(episode, out_dir, None, f"could not start: {exc}", 0.0, False)
         (out_dir / PID_FILE).write_text(str(proc.pid))  # its process group, for the driver's backstop
         try:
+            # The driver writes the stop file, then signals the groups of the pid files it finds;
+            # this side writes its pid file, then looks for the stop file: one of the two sees
+            # the other, so an episode starting during an interrupt is stopped either way.
+            if stop.exists():
+                _stop_group(proc)
             proc.wait(timeout_s)
             _kill_group(proc)  # whatever the episode left running (a crashed loop's nodes)
         except subprocess.TimeoutExpired:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.evaluate.episodes import Episode
-from oxygen_ros.evaluate.runner import GRACE_S, PID_FILE, kill_episode_group, run_episode
+from oxygen_ros.evaluate.runner import GRACE_S, PID_FILE, STOP_FILE, kill_episode_group, run_episode
 
 __all__ = ["RayOptions", "embedded_ray_env", "run_episodes"]
 
@@ -184,6 +184,9 @@ def run_episodes(
         return
     from tqdm import tqdm
 
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / STOP_FILE).unlink(missing_ok=True)  # an earlier interrupted run's
+
     ray = _init_ray(opts)
     try:
         check_resources(ray, opts)
@@ -243,6 +246,7 @@ def run_episodes(
         # Cancelling a task while it completes can abort Ray's core worker (task_manager.cc "Tried
         # to complete task that was not pending"), so only a cluster's episodes, which these
         # signals cannot reach, are cancelled.
+        (out_root / STOP_FILE).write_text("interrupted\n")  # first: see runner.STOP_FILE
         for ep, _ in running.values():
             kill_episode_group(out_root / ep.id, signal.SIGINT)
         if opts.address:

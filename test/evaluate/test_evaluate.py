@@ -148,6 +148,58 @@ def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
     assert (tmp_path / "ep" / "output.log").is_file()
 
 
+def test_an_episode_starting_during_an_interrupt_stops_itself(tmp_path, monkeypatch):
+    """evaluate writes its stop file, then signals the episodes whose pid files it finds: an
+    episode that was not started yet does not start, and one whose process started in between
+    (its pid file came too late to be found) stops its own process group."""
+    import subprocess
+
+    from oxygen_ros.evaluate.runner import STOP_FILE
+
+    mod = tmp_path / "mods" / "slow_episode.py"
+    mod.parent.mkdir()
+    mod.write_text(
+        "import subprocess, sys, time\n"
+        'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
+        'open(sys.argv[1], "w").write(str(child.pid))\n'
+        "time.sleep(120)\n"
+    )
+    env = {"PYTHONPATH": str(mod.parent)}
+    root = tmp_path / "episodes"
+    root.mkdir()
+    pid_file = tmp_path / "child.pid"
+    ep = Episode("slow", OPEN_LOOP, {"bag": "x"}, "slow_episode", (str(pid_file),))
+    (root / STOP_FILE).write_text("interrupted\n")
+    row = run_episode(ep, root / "slow", 60.0, env=env)
+    assert row["status"] == "failed" and "interrupted" in row["error"] and not pid_file.exists()
+    (root / STOP_FILE).unlink()
+    # the stop file appears in the instant after the episode's process started
+    real_popen = subprocess.Popen
+
+    def popen_then_interrupt(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        for _ in range(100):  # let the episode start its child before the interrupt
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        (root / STOP_FILE).write_text("interrupted\n")
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_interrupt)
+    t0 = time.monotonic()
+    row = run_episode(ep, root / "slow", 60.0, env=env)
+    assert time.monotonic() - t0 < 30.0 and row["status"] == "failed"
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the episode's child process {child} outlived the interrupt")
+
+
 def test_episode_process_starts_with_sigint_unblocked(tmp_path):
     """A Ray worker blocks SIGINT and its children inherit the mask: the runner clears it, so an
     episode (and the nodes it starts) can be stopped cleanly."""
