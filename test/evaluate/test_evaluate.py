@@ -120,31 +120,40 @@ def test_closed_loop_rows(tmp_path):
     assert row["status"] == "timed_out" and row["error"].startswith("timed out after 30 s")
 
 
-def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
-    """A hung episode is stopped at its limit with everything it started, and is a timed-out row."""
-    mod = tmp_path / "mods" / "hang_episode.py"
-    mod.parent.mkdir()
+def _spawning_episode(tmp_path: Path, name: str) -> Path:
+    """A module that starts a long-sleeping child, writes its pid to argv[1], then sleeps."""
+    mod = tmp_path / "mods" / f"{name}.py"
+    mod.parent.mkdir(exist_ok=True)
     mod.write_text(
         "import subprocess, sys, time\n"
         'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
         'open(sys.argv[1], "w").write(str(child.pid))\n'
         "time.sleep(120)\n"
     )
+    return mod
+
+
+def _assert_gone(pid: int, after: str) -> None:
+    """Fail unless process ``pid`` ends within 5 s."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the episode's child process {pid} outlived {after}")
+
+
+def test_run_episode_timeout_stops_the_whole_process_group(tmp_path):
+    """A hung episode is stopped at its limit with everything it started, and is a timed-out row."""
+    mod = _spawning_episode(tmp_path, "hang_episode")
     pid_file = tmp_path / "child.pid"
     ep = Episode("hang", OPEN_LOOP, {"bag": "x"}, "hang_episode", (str(pid_file),))
     t0 = time.monotonic()
     row = run_episode(ep, tmp_path / "ep", 3.0, env={"PYTHONPATH": str(mod.parent)})
     assert row["status"] == "timed_out" and row["episode"] == "hang"
     assert time.monotonic() - t0 < 30.0  # SIGINT ends the leader; the group is then killed
-    child = int(pid_file.read_text())
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the episode's child process {child} outlived the timeout")
+    _assert_gone(int(pid_file.read_text()), "the timeout")
     assert (tmp_path / "ep" / "output.log").is_file()
 
 
@@ -156,14 +165,7 @@ def test_an_episode_starting_during_an_interrupt_stops_itself(tmp_path, monkeypa
 
     from oxygen_ros.evaluate.runner import STOP_FILE
 
-    mod = tmp_path / "mods" / "slow_episode.py"
-    mod.parent.mkdir()
-    mod.write_text(
-        "import subprocess, sys, time\n"
-        'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])\n'
-        'open(sys.argv[1], "w").write(str(child.pid))\n'
-        "time.sleep(120)\n"
-    )
+    mod = _spawning_episode(tmp_path, "slow_episode")
     env = {"PYTHONPATH": str(mod.parent)}
     root = tmp_path / "episodes"
     root.mkdir()
@@ -189,15 +191,7 @@ def test_an_episode_starting_during_an_interrupt_stops_itself(tmp_path, monkeypa
     t0 = time.monotonic()
     row = run_episode(ep, root / "slow", 60.0, env=env)
     assert time.monotonic() - t0 < 30.0 and row["status"] == "failed"
-    child = int(pid_file.read_text())
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the episode's child process {child} outlived the interrupt")
+    _assert_gone(int(pid_file.read_text()), "the interrupt")
 
 
 def test_episode_process_starts_with_sigint_unblocked(tmp_path):
