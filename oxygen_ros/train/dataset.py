@@ -84,6 +84,22 @@ class DemoData:
         out: np.ndarray = self.commands[self.episode[rows][:, None], steps]
         return out
 
+    def concat(self, other: DemoData) -> DemoData:
+        """Frames of ``self`` then of ``other`` (its episodes renumbered after ``self``'s; the
+        shorter command table padded with its last command, as episodes are)."""
+        t = max(self.commands.shape[1], other.commands.shape[1])
+
+        def pad(c: np.ndarray) -> np.ndarray:
+            return np.concatenate([c, np.repeat(c[:, -1:], t - c.shape[1], axis=1)], axis=1)
+
+        frames = ("images", "image_masks", "state", "step", "region", "phase")
+        return DemoData(
+            **{k: np.concatenate([getattr(self, k), getattr(other, k)]) for k in frames},
+            episode=np.concatenate([self.episode, other.episode + len(self.instructions)]),
+            commands=np.concatenate([pad(self.commands), pad(other.commands)]),
+            instructions=[*self.instructions, *other.instructions],
+        )
+
     def split(self, held_out: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Frame indices ``(train, held_out)`` for the episodes ``held_out``."""
         mask = np.isin(self.episode, np.asarray(list(held_out), dtype=np.int64))

@@ -57,6 +57,10 @@ class TrainConfig:
     threads: int = 0
     log_every: int = 25
     time_limit_s: float = 0.0
+    start_frames: int = 0
+    """Placements rendered as start frames (:mod:`oxygen_ros.train.start_frames`); 0: none."""
+    start_frame_share: float = 0.25
+    """Share of every batch drawn from the start frames (when there are any)."""
 
 
 @dataclass
@@ -239,6 +243,14 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         raise DemoError(f"{episodes} episodes: need more than the {cfg.held_out} held out")
     train_rows, test_rows = data.split(range(episodes - cfg.held_out, episodes))
     stats = dataset_norm_stats(data)
+    start_rows = np.empty(0, dtype=np.int64)
+    if cfg.start_frames > 0:
+        from oxygen_ros.train.start_frames import render_start_frames
+
+        first = len(data)
+        data = data.concat(render_start_frames(demos, model_cfg, cfg.start_frames, progress=progress))
+        start_rows = np.arange(first, len(data))
+    n_start = round(cfg.start_frame_share * cfg.batch_size) if len(start_rows) else 0
     torch.manual_seed(cfg.seed)
     model = random_pretrained(model_cfg, seed=cfg.seed).train()
     tokenizer = build_tokenizer(model_cfg.vocab_size)
@@ -262,7 +274,9 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         lr = _lr_at(step, cfg, time.perf_counter() - t_train)
         for g in opt.param_groups:
             g["lr"] = lr
-        rows = rng.choice(train_rows, size=cfg.batch_size)
+        rows = rng.choice(train_rows, size=cfg.batch_size - n_start)
+        if n_start:
+            rows = np.concatenate([rows, rng.choice(start_rows, size=n_start)])
         batch = batcher.batch(rows, rng)
         noise = torch.randn(cfg.batch_size, model_cfg.action_horizon, model_cfg.action_dim, generator=gen)
         parts = co_training_loss(model, batch, noise, sample_flow_time(cfg.batch_size, gen), cfg.text_weight)
@@ -308,6 +322,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         "demos": str(demos),
         "episodes": episodes,
         "train_frames": int(len(train_rows)),
+        "start_frames": int(len(start_rows)),
         "steps": steps_done,
         "wall_s": wall,
         "held_out": held,
@@ -337,6 +352,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed, help="seed (default: %(default)s)")
     p.add_argument("--held-out", type=int, default=d.held_out, help="last episodes kept out of training")
     p.add_argument("--max-episodes", type=int, default=0, help="use only the first N episodes (0: all)")
+    p.add_argument(
+        "--start-frames",
+        type=int,
+        default=d.start_frames,
+        help="also train on the first frames of this many rendered cube placements (needs the sim; 0: none)",
+    )
+    p.add_argument(
+        "--start-frame-share",
+        type=float,
+        default=d.start_frame_share,
+        help="share of each batch drawn from the start frames (default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument(
         "--time-limit", type=float, default=0.0, help="stop optimising after this many seconds, annealed (0: none)"
@@ -361,11 +388,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_episodes=args.max_episodes,
         threads=args.threads,
         time_limit_s=args.time_limit,
+        start_frames=args.start_frames,
+        start_frame_share=args.start_frame_share,
     )
+    if cfg.start_frames < 0 or not 0.0 <= cfg.start_frame_share < 1.0:
+        print("train: error: --start-frames must be >= 0 and --start-frame-share in [0, 1)", file=sys.stderr)
+        return 2
     try:
         result = train(args.demos, args.out, cfg, progress=sys.stderr.isatty())
     except (DemoError, ValueError) as exc:
         print(f"train: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # --start-frames renders in the simulator
+        print(f"train: error: {exc}; install requirements-sim.txt", file=sys.stderr)
         return 2
     h = result.held_out
     print(

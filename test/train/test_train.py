@@ -113,6 +113,31 @@ def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, capsys, monkeypatch):
+    import oxygen_ros.train.train as train_mod
+
+    seen: list[np.ndarray] = []
+    batch = train_mod._Batcher.batch
+
+    def _spy(self, rows, rng):
+        seen.append(np.asarray(rows).copy())
+        return batch(self, rows, rng)
+
+    monkeypatch.setattr(train_mod._Batcher, "batch", _spy)
+    out = tmp_path / "ckpt"
+    args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "3", "--held-out", "1"]
+    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", "--start-frame-share", "0.5"]) == 0
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["start_frames"] == 5 and log["train_frames"] == 20 and log["episodes"] == 3
+    # 30 recorded frames (20 trained, 10 held out), then the 5 start frames: 2 of every 4 rows
+    assert len(seen) == 3 and all(len(r) == 4 and (r[:2] < 20).all() and (r[2:] >= 30).all() for r in seen)
+    capsys.readouterr()
+    for bad in (["--start-frames", "-1"], ["--start-frame-share", "1"]):
+        assert train_main([*args, *bad]) == 2
+        assert "--start-frame" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_train_refuses_unusable_demonstrations(demos, tmp_path, capsys):
     base = ["--out", str(tmp_path / "c"), "--preset", "pi05-tiny", "--steps", "1"]
     assert train_main(["--demos", str(tmp_path / "none"), *base]) == 2
