@@ -10,7 +10,7 @@ alike. Layout::
     <out>/episode_0001/   seed = first_seed + 1
     ...
     <out>/demos.json      {"first_seed", "episodes", "size", "camera_rate_hz", "seconds", "seeds",
-                           "start_jitter_rad"}
+                           "start_jitter_rad", "action_noise_rad"}
 
 Episodes already complete in ``<out>`` (a bag folder with its ``metadata.yaml``) are kept, so an
 interrupted run resumes. The default first seed (1000) keeps training placements apart from the
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from oxygen_ros.sim.record_bag import MAX_START_JITTER, parse_size, record
+from oxygen_ros.sim.record_bag import MAX_ACTION_NOISE, MAX_START_JITTER, parse_size, record
 
 __all__ = ["INDEX", "episode_folder", "main", "record_demos"]
 
@@ -41,7 +41,14 @@ def episode_folder(out: Path, index: int) -> Path:
 
 
 def _one(
-    out: Path, index: int, seed: int, seconds: float, size: tuple[int, int], camera_rate: float, start_jitter: float
+    out: Path,
+    index: int,
+    seed: int,
+    seconds: float,
+    size: tuple[int, int],
+    camera_rate: float,
+    start_jitter: float,
+    action_noise: float,
 ) -> int:
     record(
         episode_folder(out, index),
@@ -52,6 +59,7 @@ def _one(
         progress=False,
         overwrite=True,
         start_jitter=start_jitter,
+        action_noise_rad=action_noise,
     )
     return index
 
@@ -66,6 +74,7 @@ def record_demos(
     workers: int = 1,
     progress: bool = True,
     start_jitter: float = 0.0,
+    action_noise: float = 0.0,
 ) -> list[Path]:
     """Record ``episodes`` oracle episodes (seeds ``first_seed …``) into ``out``; returns their folders.
 
@@ -81,10 +90,13 @@ def record_demos(
         start_jitter: radians; each episode's arms start this far (at most, per joint, seeded by
             the episode's seed) from the start pose — see :func:`record`. Episodes already in
             ``out`` must have been recorded with the same value.
+        action_noise: radians; each episode's reach is executed with a seeded perturbation of this
+            size while the oracle's own commands are recorded (DART) — see :func:`record`. Episodes
+            already in ``out`` must have been recorded with the same value.
 
     Raises:
         ValueError: bad counts, sizes or jitter (from :func:`record` too), or ``out`` holds
-            episodes recorded with another ``first_seed`` or ``start_jitter``.
+            episodes recorded with another ``first_seed``, ``start_jitter`` or ``action_noise``.
     """
     from tqdm import tqdm
 
@@ -92,11 +104,14 @@ def record_demos(
         raise ValueError(f"episodes and workers must be >= 1, got {episodes}, {workers}")
     if not 0.0 <= start_jitter <= MAX_START_JITTER:
         raise ValueError(f"start jitter must be in [0, {MAX_START_JITTER}] rad, got {start_jitter}")
+    if not 0.0 <= action_noise <= MAX_ACTION_NOISE:
+        raise ValueError(f"action noise must be in [0, {MAX_ACTION_NOISE}] rad, got {action_noise}")
     out = Path(out)
     if (out / INDEX).is_file():  # resuming: the kept episodes must match what is asked now
         old = json.loads((out / INDEX).read_text())
-        for key, value in (("first_seed", first_seed), ("start_jitter_rad", start_jitter)):
-            if old.get(key, 0.0 if key == "start_jitter_rad" else None) != value:
+        asked = (("first_seed", first_seed), ("start_jitter_rad", start_jitter), ("action_noise_rad", action_noise))
+        for key, value in asked:
+            if old.get(key, None if key == "first_seed" else 0.0) != value:
                 raise ValueError(f"{out} holds episodes with {key} {old.get(key)}, asked {value}; use another --out")
     out.mkdir(parents=True, exist_ok=True)
     index = {
@@ -107,21 +122,23 @@ def record_demos(
         "camera_rate_hz": camera_rate,
         "seconds": seconds,
         "start_jitter_rad": start_jitter,
+        "action_noise_rad": action_noise,
         "source": "gym-aloha transfer_cube, scripted pick-and-lift (oxygen_ros.sim.task.script)",
     }
-    # written first, so an interrupted run is resumed only with the same seeds and jitter
+    # written first, so an interrupted run is resumed only with the same seeds, jitter and noise
     (out / INDEX).write_text(json.dumps(index, indent=1))
     todo = [i for i in range(episodes) if not (episode_folder(out, i) / "metadata.yaml").is_file()]
     bar = tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep", disable=not progress)
     if workers == 1:  # in this process: nothing to fork
         for i in todo:
-            _one(out, i, first_seed + i, seconds, size, camera_rate, start_jitter)
+            _one(out, i, first_seed + i, seconds, size, camera_rate, start_jitter, action_noise)
             bar.update(1)
     else:
         # spawn, never fork: the caller may hold threads (torch's pool, rclpy, pytest's plugins)
         # whose locks a forked child inherits taken, and then waits on forever
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            jobs = [pool.submit(_one, out, i, first_seed + i, seconds, size, camera_rate, start_jitter) for i in todo]
+            args = (seconds, size, camera_rate, start_jitter, action_noise)
+            jobs = [pool.submit(_one, out, i, first_seed + i, *args) for i in todo]
             for job in as_completed(jobs):
                 job.result()
                 bar.update(1)
@@ -151,6 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="start each arm joint up to this far from the start pose, seeded per episode, so the arm "
         "pose does not give the cube away (default: %(default)s)",
     )
+    p.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        metavar="RAD",
+        help="execute each reach with a seeded perturbation of this size and record the oracle's own "
+        f"commands, so the data shows the way back to the course (DART; at most {MAX_ACTION_NOISE}; "
+        "default: %(default)s)",
+    )
     return p
 
 
@@ -167,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             camera_rate=args.camera_rate,
             workers=args.workers,
             start_jitter=args.start_jitter,
+            action_noise=args.action_noise,
             progress=sys.stderr.isatty(),
         )
     except ValueError as exc:

@@ -13,7 +13,9 @@ stamp, so the bag is deterministic for the same flags and library versions):
 - ``/joint_states``: ``sensor_msgs/JointState``, the 14 ``JOINT_NAMES`` with position and velocity,
   every control step (``--fps``);
 - ``/commanded_action``: ``sensor_msgs/JointState``, the 14 position targets sent at that stamp
-  (computed from the state stamped the same; applied for the next control period);
+  (computed from the state stamped the same; applied for the next control period; with
+  ``--action-noise`` the sim applies them plus a perturbation, and this topic keeps the oracle's
+  own command: the label that brings the arm back);
 - ``/instruction``: ``std_msgs/String``, at t = 0 and every ``INSTRUCTION_PERIOD_S``;
 - ``/ask``: ``std_msgs/String``, the language asks of ``ASKS`` that fall inside the recording;
 - ``/language/cube_region``, ``/language/phase``: ``std_msgs/String``, the language targets of
@@ -76,6 +78,17 @@ DEFAULT_OUT = Path("data/aloha_sim_sample")
 MAX_START_JITTER = 0.5
 """Largest ``start_jitter`` accepted, radians (the script lifts the cube from every start tried
 within ±0.3 rad of each arm joint)."""
+MAX_ACTION_NOISE = 0.1
+"""Largest ``action_noise`` accepted, radians (standard deviation of the perturbation): at 0.1 the
+perturbed arm strays up to 0.45 rad from the script and the oracle still lifts the cube from every
+(jittered) start tried; at 0.2 it strays up to 1.5 rad, often pushes the cube away, and lifts it
+in 2 episodes of 8."""
+NOISE_TIME_CONSTANT_S = 0.3
+"""Correlation time of the perturbation (an Ornstein-Uhlenbeck process): slow enough to move the
+arm off its course, not a jitter its position controller filters away."""
+NOISE_FULL_UNTIL_S, NOISE_OFF_AT_S = 3.0, 4.0
+"""The perturbation acts at full strength during the reach (the script's first 3 s), fades out
+linearly by 4 s and is off from then on, so the descent, grasp and lift run as scripted."""
 SIM_REQUIREMENTS = "pip install mujoco==3.8.1 gym-aloha==0.1.5"
 
 
@@ -125,6 +138,33 @@ def start_offset(seed: int, start_jitter: float) -> np.ndarray | None:
     return offset
 
 
+def action_noise(seed: int, sigma: float, n_steps: int, fps: float) -> np.ndarray | None:
+    """The ``[n_steps, 14]`` perturbation (radians) added to the applied command of episode ``seed``,
+    or None for ``sigma`` 0.
+
+    DART's noise injection (Laskey et al. 2017): the demonstrator's commands are executed with a
+    perturbation while its own commands are recorded, so the demonstrations visit states off the
+    nominal course and label them with the way back — the states a learned policy's own errors lead
+    to. Each of the 12 arm joints follows an Ornstein-Uhlenbeck process (stationary standard
+    deviation ``sigma``, correlation time ``NOISE_TIME_CONSTANT_S``, starting at 0, seeded by
+    ``seed`` apart from the placement and the start jitter), scaled by the envelope
+    ``NOISE_FULL_UNTIL_S`` / ``NOISE_OFF_AT_S``; the grippers get 0.
+    """
+    if sigma <= 0.0:
+        return None
+    rng = np.random.default_rng([int(seed), 0xDA27])
+    decay = float(np.exp(-1.0 / (fps * NOISE_TIME_CONSTANT_S)))
+    arm = np.ones(len(JOINT_NAMES), dtype=bool)
+    arm[[6, 13]] = False
+    x = np.zeros(len(JOINT_NAMES))
+    out = np.zeros((n_steps, len(JOINT_NAMES)))
+    for k in range(n_steps):
+        t = k / fps
+        out[k] = x * float(np.clip((NOISE_OFF_AT_S - t) / (NOISE_OFF_AT_S - NOISE_FULL_UNTIL_S), 0.0, 1.0))
+        x[arm] = decay * x[arm] + np.sqrt(1.0 - decay**2) * sigma * rng.standard_normal(int(arm.sum()))
+    return out
+
+
 def _due(tick: int, rate: Fraction, fps: Fraction) -> bool:
     """Whether a ``rate`` Hz stream emits at control tick ``tick`` of an ``fps`` Hz loop.
 
@@ -147,6 +187,7 @@ def record(
     overwrite: bool = False,
     progress: bool = True,
     start_jitter: float = 0.0,
+    action_noise_rad: float = 0.0,
 ) -> RecordResult:
     """Run the scripted simulation and write the bag folder ``out`` (metadata.yaml + one .mcap).
 
@@ -168,11 +209,13 @@ def record(
             grippers unchanged). With 0 every episode leaves from the same pose, and then the arm
             pose at any instant tells where the script is heading — a policy trained on such
             demonstrations can imitate them without ever looking at the cube.
+        action_noise_rad: radians; the sim applies each command plus :func:`action_noise` (seeded
+            by ``seed``) during the reach, while ``/commanded_action`` keeps the oracle's command.
 
     Raises:
         FileExistsError: ``out`` exists and ``overwrite`` is false, or ``out`` is not a bag folder
             (holds anything but bag files), so ``overwrite`` will not delete it.
-        ValueError: bad rates, duration, size, JPEG quality or camera.
+        ValueError: bad rates, duration, size, JPEG quality, camera, jitter or noise.
         ImportError: mujoco / gym-aloha are not installed.
     """
     from tqdm import tqdm
@@ -201,6 +244,8 @@ def record(
         raise ValueError(f"JPEG quality must be in 1..100, got {jpeg_quality}")
     if not 0.0 <= start_jitter <= MAX_START_JITTER:
         raise ValueError(f"start jitter must be in [0, {MAX_START_JITTER}] rad, got {start_jitter}")
+    if not 0.0 <= action_noise_rad <= MAX_ACTION_NOISE:
+        raise ValueError(f"action noise must be in [0, {MAX_ACTION_NOISE}] rad, got {action_noise_rad}")
 
     t_wall = time.perf_counter()
     scene = SimScene(cameras=cameras, image_size=size, control_rate_hz=fps)
@@ -219,9 +264,11 @@ def record(
         bag.writer.set_custom_data("oxygen_ros.source", f"gym-aloha transfer_cube, scripted pick-and-lift, seed {seed}")
         bag.writer.set_custom_data("oxygen_ros.camera_slots", " ".join(f"{k}={v}" for k, v in CAMERA_SLOTS.items()))
         bag.writer.set_custom_data("oxygen_ros.start_jitter_rad", f"{start_jitter:g}")
+        bag.writer.set_custom_data("oxygen_ros.action_noise_rad", f"{action_noise_rad:g}")
         bag.writer.set_custom_data("oxygen_ros.gripper_units", "normalised opening, 0 closed .. 1 open")
         scene.reset(seed, start_offset(seed, start_jitter))
         motion = ScriptedPickLift(scene)
+        noise = action_noise(seed, action_noise_rad, n_steps, float(fps_q))
         asks = sorted(ASKS)
         period_ns = Fraction(10**9) / fps_q
         next_instruction = 0.0
@@ -244,7 +291,7 @@ def record(
                 bag.text(PHASE_TOPIC, phase(t, cube), stamp_ns)
             command = motion(t)
             bag.joints(COMMAND_TOPIC, command, None, stamp_ns)
-            scene.step(command)
+            scene.step(command if noise is None else command + noise[k])
         bag.writer.close()
     except BaseException:
         if bag is not None:
@@ -303,6 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start each arm joint up to this far from the start pose, seeded (default: %(default)s)",
     )
     p.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        metavar="RAD",
+        help="execute the oracle's reach with a seeded, slowly varying perturbation of this size, recording "
+        "its own commands (DART; default: %(default)s)",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)"
     )
     return p
@@ -324,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             jpeg_quality=args.jpeg_quality,
             overwrite=args.overwrite,
             start_jitter=args.start_jitter,
+            action_noise_rad=args.action_noise,
             progress=not args.no_progress and sys.stderr.isatty(),  # no bar frames into a pipe
         )
     except (FileExistsError, ValueError) as exc:

@@ -8,7 +8,8 @@ frames for many more placements than the demonstrations hold, each with its own 
 (``record_bag.start_offset``, the demonstrations' jitter) and labelled as a recorded frame is:
 
 - the scripted oracle is run from the reset for ``step`` control steps (``step`` = 0 for half the
-  frames, otherwise a camera frame in the first ``max_seconds``), then the cameras are rendered,
+  frames, otherwise a camera frame in the first ``max_seconds``; executed with the demonstrations'
+  ``action_noise`` perturbation, if any, as ``record_demos`` executes it), then the cameras are rendered,
   JPEG-encoded and decoded exactly as ``record_demos`` and the node do, and resized into the model's
   slots (:func:`~oxygen_ros.core.processing.prepare_images`);
 - the action chunk is the oracle's commands for the next ``H`` control steps (point ``i`` at
@@ -60,6 +61,7 @@ def _render(
     fps: float,
     camera_rate: float,
     start_jitter: float,
+    noise_rad: float,
     horizon: int,
     jpeg_quality: int,
     progress: bool,
@@ -68,7 +70,7 @@ def _render(
     from tqdm import tqdm
 
     from oxygen_ros.core.processing import prepare_images
-    from oxygen_ros.sim.record_bag import DEFAULT_INSTRUCTION, start_offset
+    from oxygen_ros.sim.record_bag import DEFAULT_INSTRUCTION, action_noise, start_offset
     from oxygen_ros.sim.scene import CAMERA_SLOTS, SimScene
     from oxygen_ros.sim.task.language import CUBE_REGIONS, PHASES, cube_region, phase
     from oxygen_ros.sim.task.script import ScriptedPickLift
@@ -83,8 +85,9 @@ def _render(
             script = ScriptedPickLift(scene)
             step = start_step(seed, fps, camera_rate)
             cmd = np.stack([script(k / fps) for k in range(step + horizon + 1)])
+            noise = action_noise(seed, noise_rad, step, fps)
             for k in range(step):
-                scene.step(cmd[k])  # float64, as recorded
+                scene.step(cmd[k] if noise is None else cmd[k] + noise[k])  # float64, as recorded
             rendered = scene.render()
             decoded: dict[str, np.ndarray | None] = {}
             for slot, cam in slots.items():
@@ -129,8 +132,9 @@ def render_start_frames(
     """Render (or load the cached) start frames of ``count`` placements for training on ``demos``.
 
     Args:
-        demos: the ``record_demos`` folder; its ``demos.json`` gives the camera size, camera rate
-            and (unless ``start_jitter`` is given) the start jitter the frames are rendered with.
+        demos: the ``record_demos`` folder; its ``demos.json`` gives the camera size, camera rate,
+            action noise and (unless ``start_jitter`` is given) the start jitter the frames are
+            rendered with.
         cfg: the model (slots, image size, action horizon ``H``).
         count: placements (one frame each), seeds ``first_seed .. first_seed + count - 1``.
         start_jitter: radians of start-pose jitter (None: the demonstrations').
@@ -154,6 +158,7 @@ def render_start_frames(
         index = json.loads((Path(demos) / INDEX).read_text())
         size = (int(index["size"][0]), int(index["size"][1]))
         camera_rate = float(index["camera_rate_hz"])
+        noise = float(index.get("action_noise_rad", 0.0))
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise DemoError(f"{demos}: no usable {INDEX} for the start frames' camera size and rate ({exc})") from exc
     jitter = float(index.get("start_jitter_rad", 0.0)) if start_jitter is None else float(start_jitter)
@@ -165,6 +170,7 @@ def render_start_frames(
             "format": CACHE_FORMAT,
             "seeds": [first_seed, count],
             "jitter": jitter,
+            "noise": noise,
             "size": size,
             "camera_rate": camera_rate,
             "slots": list(cfg.image_slots),
@@ -176,7 +182,7 @@ def render_start_frames(
     if cache.is_file():
         z = np.load(cache, allow_pickle=False)
         return DemoData(**{k: z[k] for k in z.files if k != "instructions"}, instructions=list(z["instructions"]))
-    data = _render(seeds, cfg, size, CONTROL_RATE_HZ, camera_rate, jitter, cfg.action_horizon, 85, progress)
+    data = _render(seeds, cfg, size, CONTROL_RATE_HZ, camera_rate, jitter, noise, cfg.action_horizon, 85, progress)
     tmp = cache.with_suffix(".partial.npz")
     arrays = {k: v for k, v in data.__dict__.items() if k != "instructions"}
     np.savez(tmp, **arrays, instructions=np.array(data.instructions))

@@ -184,6 +184,8 @@ def test_overwrite_refuses_non_bag_folder(tmp_path):
         ({"cameras": ["top", "top"]}, "duplicate camera"),
         ({"start_jitter": -0.1}, "start jitter"),
         ({"start_jitter": 0.6}, "start jitter"),
+        ({"action_noise_rad": -0.01}, "action noise"),
+        ({"action_noise_rad": 0.2}, "action noise"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, match):
@@ -283,5 +285,52 @@ def test_a_jittered_episode_starts_off_the_start_pose_and_the_oracle_still_lifts
             with pytest.raises(ValueError, match="arm_offset"):
                 scene.reset(5, bad)
         np.testing.assert_allclose(scene.reset(5), q_plain, atol=1e-9)
+    finally:
+        scene.close()
+
+
+def test_action_noise_is_seeded_slow_and_off_before_the_grasp():
+    from oxygen_ros.sim.record_bag import NOISE_OFF_AT_S, action_noise
+
+    assert action_noise(3, 0.0, 500, 50.0) is None
+    a = action_noise(3, 0.1, 500, 50.0)
+    np.testing.assert_array_equal(a, action_noise(3, 0.1, 500, 50.0))
+    assert a.shape == (500, 14) and not np.allclose(a, action_noise(4, 0.1, 500, 50.0))
+    assert (a[:, [6, 13]] == 0).all() and (a[0] == 0).all()  # grippers untouched; the start pose as reset
+    assert (a[round(NOISE_OFF_AT_S * 50) :] == 0).all()  # off for the descent, grasp and lift
+    reach = np.concatenate([action_noise(s, 0.1, 150, 50.0)[50:, :6] for s in range(40)])
+    assert 0.07 < reach.std() < 0.13  # the stationary standard deviation, sigma
+    step = np.abs(np.diff(a[:150], axis=0)).mean()
+    assert step < 0.5 * np.abs(a[:150]).mean()  # slowly varying (white noise: about 1.4)
+
+
+@pytest.mark.slow
+def test_a_perturbed_episode_records_the_oracles_commands_and_the_oracle_still_lifts(tmp_path):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("gym_aloha")
+    from oxygen_ros.sim.record_bag import action_noise
+    from oxygen_ros.sim.scene import SimScene
+    from oxygen_ros.sim.task.script import ScriptedPickLift
+
+    plain, noisy = tmp_path / "plain", tmp_path / "noisy"
+    args = ["--seconds", "1", "--size", "64x48", "--seed", "5", "--no-progress", "--camera-rate", "1"]
+    assert main(["--out", str(plain), *args]) == 0
+    assert main(["--out", str(noisy), *args, "--action-noise", "0.1"]) == 0
+    bags = read_bag(plain), read_bag(noisy)
+    commands = [np.array([m.position for _, m in b[COMMAND_TOPIC]]) for b in bags]
+    states = [np.array([m.position for _, m in b[JOINT_STATES_TOPIC]]) for b in bags]
+    np.testing.assert_array_equal(commands[0], commands[1])  # the label: the oracle's own command
+    np.testing.assert_array_equal(states[0][0], states[1][0])
+    assert np.abs(states[1][-1] - states[0][-1]).max() > 0.02  # the arm went where the perturbation took it
+    # the perturbed oracle still lifts the cube
+    scene = SimScene(cameras=("top",), image_size=(48, 64))
+    try:
+        scene.reset(5)
+        script = ScriptedPickLift(scene)
+        n = round(script.duration * scene.control_rate_hz)
+        noise = action_noise(5, 0.1, n, scene.control_rate_hz)
+        for k in range(n):
+            scene.step(script(k / scene.control_rate_hz) + noise[k])
+        assert scene.cube_position[2] > 0.15
     finally:
         scene.close()

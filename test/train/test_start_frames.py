@@ -23,6 +23,7 @@ def jittered(tmp_path_factory):
     out = tmp_path_factory.mktemp("demos") / "jittered"
     # seeds 10 and 11: start frames at control steps 20 and 0 (start_step), inside 2 s episodes
     args = ["--out", str(out), "--episodes", "2", "--seconds", "2", "--first-seed", "10", "--start-jitter", "0.3"]
+    args += ["--action-noise", "0.1"]  # the frame at step 20 is reached under the perturbation
     assert demos_main([*args, "--workers", "1"]) == 0
     return out
 

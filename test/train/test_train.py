@@ -53,6 +53,8 @@ def test_record_demos_writes_bags_with_language_targets(demos):
     again = ["--out", str(demos), "--episodes", "3", "--seconds", "1"]
     assert demos_main([*again, "--first-seed", "8"]) == 2
     assert demos_main([*again, "--first-seed", "7", "--start-jitter", "0.2"]) == 2
+    assert demos_main([*again, "--first-seed", "7", "--action-noise", "0.05"]) == 2
+    assert demos_main(["--out", str(demos), "--episodes", "3", "--action-noise", "0.2"]) == 2
     assert demos_main(["--out", str(demos), "--episodes", "3", "--start-jitter", "0.9"]) == 2
     assert json.loads((demos / "demos.json").read_text()) == index
 
