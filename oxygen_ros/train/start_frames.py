@@ -4,12 +4,15 @@ A demonstration set of ``E`` episodes holds ``E`` placements, and at the first f
 (the arm still at, or just leaving, its start pose) nothing but the cameras tells where the cube
 is. A policy trained only on the episodes can learn those few frames by heart (each start pose,
 jittered or not, belongs to one episode) instead of learning to look. This module renders such
-frames for many more placements than the demonstrations hold, each with its own start pose
-(``record_bag.start_offset``, the demonstrations' jitter) and labelled as a recorded frame is:
+frames for many more placements than the demonstrations hold, by default all from the nominal
+start pose — so that between two frames of the same step only the cube differs, and nothing but
+the cube's pixels can tell their labels apart (a jittered start pose, unique to its frame, lets the
+policy learn each frame by heart from its state: measured, see docs/train.md) — and labelled as a
+recorded frame is:
 
-- the scripted oracle is run from the reset for ``step`` control steps (``step`` = 0 for half the
-  frames, otherwise a camera frame in the first ``max_seconds``; executed with the demonstrations'
-  ``action_noise`` perturbation, if any, as ``record_demos`` executes it), then the cameras are rendered,
+- the scripted oracle is run from the reset (``start_jitter`` / ``action_noise`` as
+  ``record_demos`` applies them; 0 by default) for ``step`` control steps (``step`` = 0 for half
+  the frames, otherwise a camera frame in the first ``max_seconds``), then the cameras are rendered,
   JPEG-encoded and decoded exactly as ``record_demos`` and the node do, and resized into the model's
   slots (:func:`~oxygen_ros.core.processing.prepare_images`);
 - the action chunk is the oracle's commands for the next ``H`` control steps (point ``i`` at
@@ -126,29 +129,29 @@ def render_start_frames(
     cfg: ModelConfig,
     count: int,
     first_seed: int = DEFAULT_FIRST_SEED,
-    start_jitter: float | None = None,
+    start_jitter: float = 0.0,
+    action_noise_rad: float = 0.0,
     progress: bool = True,
 ) -> DemoData:
     """Render (or load the cached) start frames of ``count`` placements for training on ``demos``.
 
     Args:
-        demos: the ``record_demos`` folder; its ``demos.json`` gives the camera size, camera rate,
-            action noise and (unless ``start_jitter`` is given) the start jitter the frames are
-            rendered with.
+        demos: the ``record_demos`` folder; its ``demos.json`` gives the camera size and rate.
         cfg: the model (slots, image size, action horizon ``H``).
         count: placements (one frame each), seeds ``first_seed .. first_seed + count - 1``.
-        start_jitter: radians of start-pose jitter (None: the demonstrations').
+        start_jitter: radians of start-pose jitter (``record_bag.start_offset``; 0: the nominal pose).
+        action_noise_rad: radians of DART perturbation of the oracle's reach (``record_bag.action_noise``).
 
     Returns:
         :class:`DemoData` with ``count`` frames, each its own episode (commands ``[count, T, 14]``).
 
     Raises:
         DemoError: ``demos`` has no readable ``demos.json``.
-        ValueError: ``count`` < 1, or a jitter ``record_bag`` refuses.
+        ValueError: ``count`` < 1, or a jitter or noise ``record_bag`` refuses.
         ImportError: the simulator is not installed.
     """
     from oxygen_ros.sim.demos import INDEX
-    from oxygen_ros.sim.record_bag import MAX_START_JITTER
+    from oxygen_ros.sim.record_bag import MAX_ACTION_NOISE, MAX_START_JITTER
     from oxygen_ros.sim.scene import CONTROL_RATE_HZ
     from oxygen_ros.train.dataset import DemoError
 
@@ -158,12 +161,13 @@ def render_start_frames(
         index = json.loads((Path(demos) / INDEX).read_text())
         size = (int(index["size"][0]), int(index["size"][1]))
         camera_rate = float(index["camera_rate_hz"])
-        noise = float(index.get("action_noise_rad", 0.0))
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise DemoError(f"{demos}: no usable {INDEX} for the start frames' camera size and rate ({exc})") from exc
-    jitter = float(index.get("start_jitter_rad", 0.0)) if start_jitter is None else float(start_jitter)
+    jitter, noise = float(start_jitter), float(action_noise_rad)
     if not 0.0 <= jitter <= MAX_START_JITTER:
         raise ValueError(f"start jitter must be in [0, {MAX_START_JITTER}] rad, got {jitter}")
+    if not 0.0 <= noise <= MAX_ACTION_NOISE:
+        raise ValueError(f"action noise must be in [0, {MAX_ACTION_NOISE}] rad, got {noise}")
     seeds = list(range(first_seed, first_seed + count))
     key = json.dumps(
         {

@@ -61,6 +61,8 @@ class TrainConfig:
     """Placements rendered as start frames (:mod:`oxygen_ros.train.start_frames`); 0: none."""
     start_frame_share: float = 0.25
     """Share of every batch drawn from the start frames (when there are any)."""
+    start_frame_jitter: float = 0.0
+    """Start-pose jitter of the start frames, radians (0: all from the nominal pose)."""
 
 
 @dataclass
@@ -248,7 +250,10 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         from oxygen_ros.train.start_frames import render_start_frames
 
         first = len(data)
-        data = data.concat(render_start_frames(demos, model_cfg, cfg.start_frames, progress=progress))
+        extra = render_start_frames(
+            demos, model_cfg, cfg.start_frames, start_jitter=cfg.start_frame_jitter, progress=progress
+        )
+        data = data.concat(extra)
         start_rows = np.arange(first, len(data))
     n_start = round(cfg.start_frame_share * cfg.batch_size) if len(start_rows) else 0
     torch.manual_seed(cfg.seed)
@@ -364,6 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.start_frame_share,
         help="share of each batch drawn from the start frames (default: %(default)s)",
     )
+    p.add_argument(
+        "--start-frame-jitter",
+        type=float,
+        default=d.start_frame_jitter,
+        metavar="RAD",
+        help="start-pose jitter of the start frames (default: %(default)s, the nominal pose: only the cube differs)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument(
         "--time-limit", type=float, default=0.0, help="stop optimising after this many seconds, annealed (0: none)"
@@ -390,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         time_limit_s=args.time_limit,
         start_frames=args.start_frames,
         start_frame_share=args.start_frame_share,
+        start_frame_jitter=args.start_frame_jitter,
     )
     if cfg.start_frames < 0 or not 0.0 <= cfg.start_frame_share < 1.0:
         print("train: error: --start-frames must be >= 0 and --start-frame-share in [0, 1)", file=sys.stderr)

@@ -32,7 +32,9 @@ def jittered(tmp_path_factory):
 def test_a_start_frame_equals_the_recorded_frame_of_its_placement(jittered):
     cfg = get_preset("pi05-tiny")
     recorded = load_demos(jittered, cfg, progress=False)
-    frames = render_start_frames(jittered, cfg, 2, first_seed=10, progress=False)
+    frames = render_start_frames(
+        jittered, cfg, 2, first_seed=10, start_jitter=0.3, action_noise_rad=0.1, progress=False
+    )
     assert frames.step.tolist() == [20, 0] and frames.episode.tolist() == [0, 1]
     for ep in range(2):
         row = int(np.flatnonzero((recorded.episode == ep) & (recorded.step == frames.step[ep]))[0])
@@ -46,9 +48,12 @@ def test_a_start_frame_equals_the_recorded_frame_of_its_placement(jittered):
             frames.chunks(np.array([ep]), horizon), recorded.chunks(np.array([row]), horizon)
         )  # point i = the command of step + 1 + i
     assert frames.instructions == recorded.instructions
-    # without jitter the arm starts elsewhere: the frames differ (the jitter comes from demos.json)
-    flat = render_start_frames(jittered, cfg, 2, first_seed=10, start_jitter=0.0, progress=False)
+    # by default every placement starts from the nominal pose: frames of one step differ in the cube only
+    flat = render_start_frames(jittered, cfg, 2, first_seed=10, progress=False)
     assert np.abs(flat.state[1] - frames.state[1]).max() > 0.01
+    more = render_start_frames(jittered, cfg, 8, first_seed=11, progress=False)
+    at_reset = more.step == 0
+    assert at_reset.sum() >= 2 and (more.state[at_reset] == flat.state[1]).all()
 
 
 @pytest.mark.slow
@@ -69,6 +74,8 @@ def test_start_frames_are_cached_and_refuse_bad_input(jittered, tmp_path, monkey
         render_start_frames(jittered, cfg, 0)
     with pytest.raises(ValueError, match="start jitter"):
         render_start_frames(jittered, cfg, 2, start_jitter=0.9)
+    with pytest.raises(ValueError, match="action noise"):
+        render_start_frames(jittered, cfg, 2, action_noise_rad=0.5)
     with pytest.raises(DemoError, match="demos.json"):
         render_start_frames(tmp_path, cfg, 2)
     (tmp_path / "demos.json").write_text(json.dumps({"size": [120]}))

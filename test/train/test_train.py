@@ -137,6 +137,8 @@ def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, cap
     for bad in (["--start-frames", "-1"], ["--start-frame-share", "1"]):
         assert train_main([*args, *bad]) == 2
         assert "--start-frame" in capsys.readouterr().err
+    assert train_main([*args, "--start-frames", "2", "--start-frame-jitter", "0.9"]) == 2
+    assert "start jitter" in capsys.readouterr().err
 
 
 @pytest.mark.slow
