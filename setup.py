@@ -36,7 +36,7 @@ setup(
             "record_demos = oxygen_ros.sim.demos:main",
             "train = oxygen_ros.train.train:main",
             "oxygen_node = oxygen_ros.ros.node:main",
-            "oxygen = oxygen_ros.ros.cli.main:main",
+            "oxygen = oxygen_ros.ros.cli.main:entry",
             "ingress_bench = oxygen_ros.bench.ingress:main",
             "hostile_inputs = oxygen_ros.ros.ingress.hostile:main",
             "aloha_sim = oxygen_ros.sim.node:main",

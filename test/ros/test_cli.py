@@ -395,6 +395,29 @@ def test_params_set_refusals_are_one_line_with_type_names(oxygen):
     assert oxygen.run("params", "get", k).stdout == f"{k} = 0\n"
 
 
+def test_a_shutdown_that_hangs_still_ends_the_command_with_its_status(oxygen):
+    """The command's answer is written, then rclpy/DDS shutdown hangs (made to, here: the peer's
+    close never returns): the process still ends, with the command's status, within the teardown
+    bound — before: once in a CI run, the refusal printed and the process never exited."""
+    from oxygen_ros.ros.cli.main import TEARDOWN_BOUND_S
+
+    code = (
+        "import threading, oxygen_ros.ros.cli.peer as peer; "
+        "peer.close_context = lambda *a, **k: threading.Event().wait(); "
+        "from oxygen_ros.ros.cli.main import entry; entry()"
+    )
+    for argv, status, stdout in (
+        (["params", "get", "tasks.memory.every_n_frames"], 0, "tasks.memory.every_n_frames = 5\n"),
+        (["params", "set", "zzz", "1"], 1, "refused zzz: unknown parameter 'zzz'; oxygen params list shows the names /oxygen has\n"),
+    ):
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-c", code, *argv], cwd=REPO, env=oxygen.env, capture_output=True, text=True, timeout=90
+        )
+        assert (r.returncode, r.stdout, r.stderr) == (status, stdout, ""), r
+        assert time.monotonic() - t0 >= TEARDOWN_BOUND_S  # it did hang, and was ended
+
+
 def _template(oxygen, task: str) -> str:
     """The task's template as ``params get`` prints it (YAML: ``params set`` reads it back)."""
     r = oxygen.run("params", "get", f"tasks.{task}.template")

@@ -204,6 +204,18 @@ def test_the_watchdog_ends_a_command_stuck_outside_its_waits():
     assert r.returncode == 1 and "oxygen params: gave up after 0.2 s" in r.stderr, r
 
 
+def test_the_exit_deadline_ends_a_stuck_shutdown_with_the_commands_status_and_output():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time; from oxygen_ros.ros.cli.main import _exit_deadline; "
+        "sys.stdout.write('set x = 1'); _exit_deadline(0.2, 3); time.sleep(30)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "set x = 1", ""), r
+
+
 def test_main_called_in_process_leaves_no_watchdog_behind(capsys):
     import threading
 

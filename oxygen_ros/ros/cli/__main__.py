@@ -1,7 +1,5 @@
-"""``python -m oxygen_ros.ros.cli``: the ``oxygen`` command (:func:`oxygen_ros.ros.cli.main.main`)."""
+"""``python -m oxygen_ros.ros.cli``: the ``oxygen`` command (:func:`oxygen_ros.ros.cli.main.entry`)."""
 
-import sys
+from oxygen_ros.ros.cli.main import entry
 
-from oxygen_ros.ros.cli.main import main
-
-sys.exit(main())
+entry()

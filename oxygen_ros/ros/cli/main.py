@@ -16,11 +16,11 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, NoReturn, TextIO
 
 from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
 
-__all__ = ["DEFAULT_TIMEOUT_S", "build_parser", "main"]
+__all__ = ["DEFAULT_TIMEOUT_S", "build_parser", "entry", "main"]
 
 #: ``--timeout`` when not given, by verb (``lifecycle`` transitions: ``configure`` loads the model).
 DEFAULT_TIMEOUT_S = {
@@ -226,31 +226,51 @@ def _writer(stream: TextIO) -> Callable[[str], None]:
     return write
 
 
-def _run(args: argparse.Namespace, timeout: float, out: Callable[[str], None], err: Callable[[str], None]) -> int:
-    from oxygen_ros.ros.cli import lifecycle, params, record, status, text
-    from oxygen_ros.ros.cli.peer import Peer
+def _run(
+    args: argparse.Namespace,
+    timeout: float,
+    out: Callable[[str], None],
+    err: Callable[[str], None],
+    settled: Callable[[int], None],
+) -> int:
+    """Find the node, run the verb and return its exit status; ``settled(status)`` is called once
+    the status is known (its output written), before the command's node is shut down."""
+    from oxygen_ros.ros.cli.peer import CliError, Peer
 
     # finding the node: NODE_DISCOVERY_S (a missing node says so at once), or as long as --timeout says
     with Peer(args.node, timeout, discovery_s=args.timeout) as peer:
-        if args.verb == "ask":
-            return text.ask(peer, args.text, args.task, out, err)
-        if args.verb == "record":
-            return record.record(peer, args.topics, args.output, args.duration, args.overwrite, out, err)
-        if args.verb == "instruct":
-            return text.instruct(peer, args.text, out)
-        if args.verb == "listen":
-            return text.listen(peer, args.tasks, args.count, args.duration, out)
-        if args.verb == "status":
-            return status.status(peer, args.watch, args.keys, out)
-        if args.verb == "lifecycle":
-            return lifecycle.lifecycle(peer, args.transition, out, err)
-        if args.params_verb == "list":
-            return params.list_names(peer, args.prefix, args.values, out)
-        if args.params_verb == "get":
-            return params.get(peer, args.names, out)
-        if args.params_verb == "describe":
-            return params.describe(peer, args.names, out)
-        return params.set_values(peer, list(zip(args.pairs[::2], args.pairs[1::2])), out)
+        try:
+            code = _dispatch(args, peer, out, err)
+        except CliError as exc:
+            err(f"oxygen {args.verb}: {exc}\n")
+            code = exc.code
+        settled(code)
+    return code
+
+
+def _dispatch(args: argparse.Namespace, peer: Any, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """Run the verb of ``args`` through ``peer``; its exit status."""
+    from oxygen_ros.ros.cli import lifecycle, params, record, status, text
+
+    if args.verb == "ask":
+        return text.ask(peer, args.text, args.task, out, err)
+    if args.verb == "record":
+        return record.record(peer, args.topics, args.output, args.duration, args.overwrite, out, err)
+    if args.verb == "instruct":
+        return text.instruct(peer, args.text, out)
+    if args.verb == "listen":
+        return text.listen(peer, args.tasks, args.count, args.duration, out)
+    if args.verb == "status":
+        return status.status(peer, args.watch, args.keys, out)
+    if args.verb == "lifecycle":
+        return lifecycle.lifecycle(peer, args.transition, out, err)
+    if args.params_verb == "list":
+        return params.list_names(peer, args.prefix, args.values, out)
+    if args.params_verb == "get":
+        return params.get(peer, args.names, out)
+    if args.params_verb == "describe":
+        return params.describe(peer, args.names, out)
+    return params.set_values(peer, list(zip(args.pairs[::2], args.pairs[1::2])), out)
 
 
 #: Upper bound of a command's graph discovery and rclpy start/stop, seconds (for the watchdog).
@@ -272,9 +292,39 @@ def _watchdog(seconds: float, verb: str) -> threading.Timer:
     return timer
 
 
+#: Upper bound of shutting the command's node down once its exit status is known, seconds.
+TEARDOWN_BOUND_S = 10.0
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be written anyway
+            pass
+
+
+def _exit_deadline(seconds: float, code: int) -> threading.Timer:
+    """End the process with ``code`` (its output flushed) if it still runs after ``seconds``: the
+    result is written, only the shutdown of rclpy/DDS is left, and that must not hang the command."""
+
+    def fire() -> None:
+        _flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``oxygen`` with ``argv`` (default: the command line); returns the exit status (module
-    doc). Errors are one line on stderr (``oxygen <verb>: …``), never a traceback."""
+    doc). Errors are one line on stderr (``oxygen <verb>: …``), never a traceback.
+
+    Every wait has its deadline; a watchdog (``4 × timeout + 60`` s) bounds what rclpy/DDS could
+    block outside them, and once the status is known the node's shutdown gets ``TEARDOWN_BOUND_S``
+    before the process ends with that status (run as a process; in-process calls cancel both)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from oxygen_ros.ros.cli.peer import CliError  # rclpy: after the arguments (--help answers at once)
@@ -289,10 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         or (args.verb == "status" and args.watch)
         or args.verb == "record"
     )  # record ends by --duration or a signal
-    # every wait has its deadline; the watchdog bounds what rclpy/DDS could block outside them
-    watchdog = None if endless else _watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)
+    timers = [] if endless else [_watchdog(4 * timeout + 2 * DISCOVERY_BOUND_S, args.verb)]
+
+    def settled(code: int) -> None:
+        for timer in timers:
+            timer.cancel()
+        timers[:] = [_exit_deadline(TEARDOWN_BOUND_S, code)]
+
     try:
-        return _run(args, timeout, out, err)
+        return _run(args, timeout, out, err, settled)
     except CliError as exc:
         err(f"oxygen {args.verb}: {exc}\n")
         return exc.code
@@ -304,9 +359,18 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
-        if watchdog is not None:  # main() returned (also when called in-process, e.g. by tests)
-            watchdog.cancel()
+        for timer in timers:  # main() returned (also when called in-process, e.g. by tests)
+            timer.cancel()
+
+
+def entry() -> NoReturn:
+    """The ``oxygen`` process: :func:`main`, its output flushed, then the process ends with its
+    status at once — rclpy's context is already shut down and its node destroyed, so nothing is left
+    for the interpreter's own shutdown but native DDS threads, which must not hold the exit."""
+    code = main()
+    _flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
