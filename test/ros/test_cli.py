@@ -37,7 +37,8 @@ PARAMS = {
     "tasks.memory.every_n_frames": 5,
     "tasks.memory.max_new_tokens": 4,
 }
-QUESTION = "What do  you see?"  # the header collapses the double blank
+QUESTION = "What do  you see?"
+UNKNOWN_HINT = "oxygen params list shows the names /oxygen has\n"  # the header collapses the double blank
 
 
 def _default_sigint() -> None:
@@ -382,7 +383,7 @@ def test_params_set_refusals_are_one_line_with_type_names(oxygen):
         # a typo: the closest declared name, as configure names one in a parameter file
         f"refused tasks.conversation.tmperature: unknown parameter 'tasks.conversation.tmperature'; "
         f"did you mean '{t}'?\n",
-        "refused zzz: unknown parameter 'zzz'; oxygen params list shows the names /oxygen has\n",
+        "refused zzz: unknown parameter 'zzz'; " + UNKNOWN_HINT,
     ], results
     assert all(r.returncode == 1 and r.stderr == "" for r in results), results
     r = oxygen.run("params", "set", "tasks.conversation.max_new_tokens", "8", k, "2.5", k, "-99999999999999999999")
@@ -408,7 +409,7 @@ def test_a_shutdown_that_hangs_still_ends_the_command_with_its_status(oxygen):
     )
     for argv, status, stdout in (
         (["params", "get", "tasks.memory.every_n_frames"], 0, "tasks.memory.every_n_frames = 5\n"),
-        (["params", "set", "zzz", "1"], 1, "refused zzz: unknown parameter 'zzz'; oxygen params list shows the names /oxygen has\n"),
+        (["params", "set", "zzz", "1"], 1, "refused zzz: unknown parameter 'zzz'; " + UNKNOWN_HINT),
     ):
         t0 = time.monotonic()
         r = subprocess.run(
