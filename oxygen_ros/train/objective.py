@@ -105,8 +105,10 @@ def co_training_loss(
     noise: Tensor,
     t: Tensor,
     text_weight: float = 1.0,
+    flow_weight: float = 1.0,
 ) -> LossParts:
-    """Flow-matching loss of the chunk plus ``text_weight`` × cross-entropy of the answers.
+    """``flow_weight`` × flow-matching loss of the chunk plus ``text_weight`` × cross-entropy of
+    the answers (``flow_weight`` 0: the answers alone, as a first stage that trains the VLM).
 
     Args:
         model: the π0.5 model (train mode, any dtype; losses in float32).
@@ -116,7 +118,7 @@ def co_training_loss(
     Returns:
         :class:`LossParts`: ``flow`` (MSE of the velocity over the robot's dims), ``text`` (mean
         cross-entropy over answer tokens; 0 without any), ``text_accuracy`` (greedy next-token
-        accuracy on them), ``loss = flow + text_weight * text``.
+        accuracy on them), ``loss = flow_weight * flow + text_weight * text``.
 
     Raises:
         ValueError: shapes that do not match the model.
@@ -156,4 +158,5 @@ def co_training_loss(
         accuracy = (logits.argmax(-1) == labels).float().mean()
     else:
         text_loss = accuracy = torch.zeros((), device=dev)
-    return LossParts(flow + text_weight * text_loss, flow.detach(), text_loss.detach(), accuracy.detach())
+    loss = flow_weight * flow + text_weight * text_loss
+    return LossParts(loss, flow.detach(), text_loss.detach(), accuracy.detach())

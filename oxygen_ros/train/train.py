@@ -12,6 +12,11 @@ Held-out episodes (``--held-out``, the last ones) are never trained on: at the e
 action error is measured against the "hold the current state" baseline. Then the placement check
 (:mod:`oxygen_ros.train.placement`) asks whether the first chunk and the answer follow the cube
 across 20 unseen placements — what open-loop error on recorded episodes cannot show.
+
+``--start-frames`` adds rendered first frames of many more placements (only the cube differs
+between them) to every batch; ``--answer-first-steps`` trains the answer to "Where is the cube?"
+alone on them before the co-training starts — the part π0.5 inherits from its pretrained VLM,
+which a policy trained from random weights has to learn first.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ if TYPE_CHECKING:  # torch and the model are imported when training starts (``tr
     from oxygen_ros.core.types import NormStats
     from oxygen_ros.train.dataset import DemoData
 
-__all__ = ["PLACEMENT_SEEDS", "TrainConfig", "TrainResult", "main", "train"]
+__all__ = ["PLACEMENT_SEEDS", "TrainConfig", "TrainResult", "check_config", "main", "train"]
 
 PLACEMENT_SEEDS = 20
 """The placement check at the end of a run uses seeds 0 .. 19 (``evaluate closed-loop``'s)."""
@@ -63,6 +68,9 @@ class TrainConfig:
     """Share of every batch drawn from the start frames (when there are any)."""
     start_frame_jitter: float = 0.0
     """Start-pose jitter of the start frames, radians (0: all from the nominal pose)."""
+    answer_first_steps: int = 0
+    """Optimizer steps at the start that train the answer to the cube question alone, on start frames
+    only (the VLM learns to find the cube before the action expert trains; needs ``start_frames``)."""
 
 
 @dataclass
@@ -127,7 +135,9 @@ class _Batcher:
             )
         self.text_len = max(len(ids) for task in self.texts for ids, _ in task)
 
-    def batch(self, rows: np.ndarray, rng: np.random.Generator) -> Any:
+    def batch(self, rows: np.ndarray, rng: np.random.Generator, cube_question_only: bool = False) -> Any:
+        """The batch of frames ``rows``; each row's language target is the answer to the cube question
+        or the phase narration, drawn at random (``cube_question_only``: always the cube question)."""
         from oxygen_ros.train.objective import Batch
 
         torch, d = self.torch, self.data
@@ -139,7 +149,7 @@ class _Batcher:
         text = np.zeros((len(rows), self.text_len), dtype=np.int64)
         valid = np.zeros((len(rows), self.text_len), dtype=bool)
         target = np.zeros((len(rows), self.text_len), dtype=bool)
-        task = rng.integers(0, 2, size=len(rows))
+        task = np.zeros(len(rows), dtype=np.int64) if cube_question_only else rng.integers(0, 2, size=len(rows))
         for j, (row, which) in enumerate(zip(rows, task, strict=True)):
             answer = int(d.region[row]) if which == 0 else int(d.phase[row])
             ids, tgt = self.texts[which][answer]
@@ -207,6 +217,9 @@ def _plot(log: list[dict[str, float]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [e["flow"] for e in log], label="flow-matching loss (actions)")
     ax.plot(steps, [e["text"] for e in log], label="cross-entropy (answers)")
+    first = [e["step"] for e in log if e.get("answer_first")]
+    if first:
+        ax.axvline(max(first), color="grey", linestyle="--", label="end of the answer-first stage")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
@@ -217,13 +230,28 @@ def _plot(log: list[dict[str, float]], path: Path) -> None:
     plt.close(fig)
 
 
+def check_config(cfg: TrainConfig) -> None:
+    """Refuse start-frame settings that cannot work.
+
+    Raises:
+        ValueError: ``start_frames`` < 0, ``start_frame_share`` outside [0, 1),
+            ``answer_first_steps`` < 0, or ``answer_first_steps`` without start frames to train on.
+    """
+    if cfg.start_frames < 0 or not 0.0 <= cfg.start_frame_share < 1.0:
+        raise ValueError("--start-frames must be >= 0 and --start-frame-share in [0, 1)")
+    if cfg.answer_first_steps < 0 or (cfg.answer_first_steps and not cfg.start_frames):
+        raise ValueError("--answer-first-steps must be >= 0, and trains on --start-frames (give some)")
+
+
 def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool = True) -> TrainResult:
     """Train ``cfg.preset`` on the ``record_demos`` folder ``demos``; write the checkpoint ``out``.
 
     Raises:
         DemoError: unusable demonstrations (too few episodes for the held-out split included).
         ConfigError: unknown preset.
+        ValueError: start-frame settings out of range (:func:`check_config`).
     """
+    check_config(cfg)
     import torch
     from tqdm import tqdm
 
@@ -279,12 +307,17 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         lr = _lr_at(step, cfg, time.perf_counter() - t_train)
         for g in opt.param_groups:
             g["lr"] = lr
-        rows = rng.choice(train_rows, size=cfg.batch_size - n_start)
-        if n_start:
-            rows = np.concatenate([rows, rng.choice(start_rows, size=n_start)])
-        batch = batcher.batch(rows, rng)
+        answer_first = step < cfg.answer_first_steps
+        if answer_first:  # first stage: the cube question alone, on frames where only the cube differs
+            rows = rng.choice(start_rows, size=cfg.batch_size)
+        else:
+            rows = rng.choice(train_rows, size=cfg.batch_size - n_start)
+            if n_start:
+                rows = np.concatenate([rows, rng.choice(start_rows, size=n_start)])
+        batch = batcher.batch(rows, rng, cube_question_only=answer_first)
         noise = torch.randn(cfg.batch_size, model_cfg.action_horizon, model_cfg.action_dim, generator=gen)
-        parts = co_training_loss(model, batch, noise, sample_flow_time(cfg.batch_size, gen), cfg.text_weight)
+        t = sample_flow_time(cfg.batch_size, gen)
+        parts = co_training_loss(model, batch, noise, t, cfg.text_weight, flow_weight=0.0 if answer_first else 1.0)
         opt.zero_grad(set_to_none=True)
         parts.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -294,6 +327,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         n_acc += 1
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
             entry = {"step": float(step + 1), "wall_s": time.perf_counter() - t_start, "lr": lr}
+            entry["answer_first"] = float(answer_first)
             entry.update({k: v / n_acc for k, v in acc.items()})
             log.append(entry)
             bar.set_postfix(flow=f"{entry['flow']:.4f}", text=f"{entry['text']:.3f}")
@@ -376,6 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RAD",
         help="start-pose jitter of the start frames (default: %(default)s, the nominal pose: only the cube differs)",
     )
+    p.add_argument(
+        "--answer-first-steps",
+        type=int,
+        default=d.answer_first_steps,
+        metavar="N",
+        help="first N steps train only the answer to 'Where is the cube?' on the start frames "
+        "(needs --start-frames; default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument(
         "--time-limit", type=float, default=0.0, help="stop optimising after this many seconds, annealed (0: none)"
@@ -403,10 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_frames=args.start_frames,
         start_frame_share=args.start_frame_share,
         start_frame_jitter=args.start_frame_jitter,
+        answer_first_steps=args.answer_first_steps,
     )
-    if cfg.start_frames < 0 or not 0.0 <= cfg.start_frame_share < 1.0:
-        print("train: error: --start-frames must be >= 0 and --start-frame-share in [0, 1)", file=sys.stderr)
-        return 2
     try:
         result = train(args.demos, args.out, cfg, progress=sys.stderr.isatty())
     except (DemoError, ValueError) as exc:

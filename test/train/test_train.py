@@ -121,9 +121,9 @@ def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, cap
     seen: list[np.ndarray] = []
     batch = train_mod._Batcher.batch
 
-    def _spy(self, rows, rng):
-        seen.append(np.asarray(rows).copy())
-        return batch(self, rows, rng)
+    def _spy(self, rows, rng, cube_question_only=False):
+        seen.append((np.asarray(rows).copy(), cube_question_only))
+        return batch(self, rows, rng, cube_question_only)
 
     monkeypatch.setattr(train_mod._Batcher, "batch", _spy)
     out = tmp_path / "ckpt"
@@ -132,13 +132,56 @@ def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, cap
     log = json.loads((out / "train_log.json").read_text())
     assert log["start_frames"] == 5 and log["train_frames"] == 20 and log["episodes"] == 3
     # 30 recorded frames (20 trained, 10 held out), then the 5 start frames: 2 of every 4 rows
-    assert len(seen) == 3 and all(len(r) == 4 and (r[:2] < 20).all() and (r[2:] >= 30).all() for r in seen)
+    assert len(seen) == 3
+    assert all(len(r) == 4 and (r[:2] < 20).all() and (r[2:] >= 30).all() and not only for r, only in seen)
     capsys.readouterr()
     for bad in (["--start-frames", "-1"], ["--start-frame-share", "1"]):
         assert train_main([*args, *bad]) == 2
         assert "--start-frame" in capsys.readouterr().err
     assert train_main([*args, "--start-frames", "2", "--start-frame-jitter", "0.9"]) == 2
     assert "start jitter" in capsys.readouterr().err
+    for bad in (["--answer-first-steps", "-1"], ["--answer-first-steps", "2"]):  # the second: no start frames
+        assert train_main([*args, *bad]) == 2
+        assert "--answer-first-steps" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(demos, tmp_path, monkeypatch):
+    """The first N steps: start frames only, the cube question on every row, and no flow loss in the
+    gradient (the action expert and its projections untouched); then the usual mix."""
+    import torch
+
+    import oxygen_ros.train.objective as objective
+    import oxygen_ros.train.train as train_mod
+
+    seen, losses = [], []
+    batch, loss = train_mod._Batcher.batch, objective.co_training_loss
+
+    def _spy(self, rows, rng, cube_question_only=False):
+        b = batch(self, rows, rng, cube_question_only)
+        seen.append((np.asarray(rows).copy(), cube_question_only, b))
+        return b
+
+    def _loss(model, b, noise, t, text_weight=1.0, flow_weight=1.0):
+        parts = loss(model, b, noise, t, text_weight, flow_weight)
+        grads = torch.autograd.grad(parts.loss, [model.action_out_proj.weight], allow_unused=True, retain_graph=True)
+        losses.append((flow_weight, grads[0] is None or not bool(grads[0].any())))
+        return parts
+
+    monkeypatch.setattr(train_mod._Batcher, "batch", _spy)
+    monkeypatch.setattr(objective, "co_training_loss", _loss)
+    out = tmp_path / "ckpt"
+    args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "4", "--held-out", "1"]
+    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", "--answer-first-steps", "2"]) == 0
+    assert [only for _, only, _ in seen] == [True, True, False, False]
+    assert all((rows >= 30).all() for rows, _, _ in seen[:2])  # start frames only
+    assert all((rows < 20).sum() == 3 for rows, _, _ in seen[2:])  # then the usual mix (a quarter of 4)
+    for _, _, b in seen[:2]:  # every row asks where the cube is: its answer is one of the regions
+        assert b.text_target.any(-1).all()
+        assert all(b.text[j, 0] == seen[0][2].text[0, 0] for j in range(len(b.text)))
+    assert losses == [(0.0, True), (0.0, True), (1.0, False), (1.0, False)]
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["config"]["answer_first_steps"] == 2
 
 
 @pytest.mark.slow
