@@ -244,8 +244,17 @@ def _run(
         except CliError as exc:
             err(f"oxygen {args.verb}: {exc}\n")
             code = exc.code
+        except KeyboardInterrupt:
+            code = _interrupted(args, err)
         settled(code)
     return code
+
+
+def _interrupted(args: argparse.Namespace, err: Callable[[str], None]) -> int:
+    """The exit status after Ctrl-C: 0 where watching is what the verb does, else 130."""
+    watching = args.verb == "listen" or (args.verb == "status" and args.watch)
+    err("\n")
+    return 0 if watching else 130
 
 
 def _dispatch(args: argparse.Namespace, peer: Any, out: Callable[[str], None], err: Callable[[str], None]) -> int:
@@ -351,10 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         err(f"oxygen {args.verb}: {exc}\n")
         return exc.code
-    except KeyboardInterrupt:
-        watching = args.verb == "listen" or (args.verb == "status" and args.watch)
-        err("\n")
-        return 0 if watching else 130
+    except KeyboardInterrupt:  # before the node was found (after: handled in _run)
+        return _interrupted(args, err)
     except BrokenPipeError:  # e.g. `oxygen listen | head -3`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
