@@ -69,8 +69,9 @@ class TrainConfig:
     start_frame_jitter: float = 0.0
     """Start-pose jitter of the start frames, radians (0: all from the nominal pose)."""
     answer_first_steps: int = 0
-    """Optimizer steps at the start that train the answer to the cube question alone, on start frames
-    only (the VLM learns to find the cube before the action expert trains; needs ``start_frames``)."""
+    """Optimizer steps at the start that train the answer to the cube question alone, on the start
+    frames at the reset only (the VLM learns to find the cube in the image before the action expert
+    trains; needs ``start_frames``)."""
 
 
 @dataclass
@@ -284,6 +285,11 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         data = data.concat(extra)
         start_rows = np.arange(first, len(data))
     n_start = round(cfg.start_frame_share * cfg.batch_size) if len(start_rows) else 0
+    # the answer-first stage: start frames at the reset only, where every placement has the same
+    # state; from later frames the state (the arm already moving to the cube) tells the answer
+    reset_rows = start_rows[data.step[start_rows] == 0]
+    if cfg.answer_first_steps and not len(reset_rows):
+        raise ValueError("--answer-first-steps: none of the start frames is at the reset; render more")
     torch.manual_seed(cfg.seed)
     model = random_pretrained(model_cfg, seed=cfg.seed).train()
     tokenizer = build_tokenizer(model_cfg.vocab_size)
@@ -309,7 +315,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
             g["lr"] = lr
         answer_first = step < cfg.answer_first_steps
         if answer_first:  # first stage: the cube question alone, on frames where only the cube differs
-            rows = rng.choice(start_rows, size=cfg.batch_size)
+            rows = rng.choice(reset_rows, size=cfg.batch_size)
         else:
             rows = rng.choice(train_rows, size=cfg.batch_size - n_start)
             if n_start:
@@ -415,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=d.answer_first_steps,
         metavar="N",
-        help="first N steps train only the answer to 'Where is the cube?' on the start frames "
+        help="first N steps train only the answer to 'Where is the cube?' on the start frames at the reset "
         "(needs --start-frames; default: %(default)s)",
     )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

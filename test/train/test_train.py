@@ -147,19 +147,22 @@ def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, cap
 
 @pytest.mark.slow
 def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(demos, tmp_path, monkeypatch):
-    """The first N steps: start frames only, the cube question on every row, and no flow loss in the
-    gradient (the action expert and its projections untouched); then the usual mix."""
+    """The first N steps: start frames at the reset only, the cube question on every row, and no flow
+    loss in the gradient (the action expert and its projections untouched); then the usual mix."""
     import torch
 
     import oxygen_ros.train.objective as objective
     import oxygen_ros.train.train as train_mod
 
-    seen, losses = [], []
+    seen, losses, steps, frame_steps = [], [], [], np.zeros(0, dtype=np.int64)
     batch, loss = train_mod._Batcher.batch, objective.co_training_loss
 
     def _spy(self, rows, rng, cube_question_only=False):
         b = batch(self, rows, rng, cube_question_only)
         seen.append((np.asarray(rows).copy(), cube_question_only, b))
+        steps.append(self.data.step[rows].copy())
+        frame_steps.resize(self.data.step.shape, refcheck=False)
+        frame_steps[:] = self.data.step
         return b
 
     def _loss(model, b, noise, t, text_weight=1.0, flow_weight=1.0):
@@ -171,17 +174,19 @@ def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(dem
     monkeypatch.setattr(train_mod._Batcher, "batch", _spy)
     monkeypatch.setattr(objective, "co_training_loss", _loss)
     out = tmp_path / "ckpt"
-    args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "4", "--held-out", "1"]
-    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", "--answer-first-steps", "2"]) == 0
-    assert [only for _, only, _ in seen] == [True, True, False, False]
-    assert all((rows >= 30).all() for rows, _, _ in seen[:2])  # start frames only
-    assert all((rows < 20).sum() == 3 for rows, _, _ in seen[2:])  # then the usual mix (a quarter of 4)
-    for _, _, b in seen[:2]:  # every row asks where the cube is: its answer is one of the regions
+    args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "8", "--held-out", "1"]
+    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", "--answer-first-steps", "6"]) == 0
+    assert [only for _, only, _ in seen] == [True] * 6 + [False] * 2
+    assert all((rows >= 30).all() for rows, _, _ in seen[:6])  # start frames only,
+    assert all((s == 0).all() for s in steps[:6])  # at the reset (the same state for every placement)
+    assert (frame_steps[30:] > 0).any()  # though not every start frame is
+    assert all((rows < 20).sum() == 3 for rows, _, _ in seen[6:])  # then the usual mix (a quarter of 4)
+    for _, _, b in seen[:6]:  # every row asks where the cube is: its answer is one of the regions
         assert b.text_target.any(-1).all()
         assert all(b.text[j, 0] == seen[0][2].text[0, 0] for j in range(len(b.text)))
-    assert losses == [(0.0, True), (0.0, True), (1.0, False), (1.0, False)]
+    assert losses == [(0.0, True)] * 6 + [(1.0, False)] * 2
     log = json.loads((out / "train_log.json").read_text())
-    assert log["config"]["answer_first_steps"] == 2
+    assert log["config"]["answer_first_steps"] == 6
 
 
 @pytest.mark.slow
