@@ -14,9 +14,10 @@ action error is measured against the "hold the current state" baseline. Then the
 across 20 unseen placements — what open-loop error on recorded episodes cannot show.
 
 ``--start-frames`` adds rendered first frames of many more placements (only the cube differs
-between them) to every batch; ``--answer-first-steps`` trains the answer to "Where is the cube?"
-alone on them before the co-training starts — the part π0.5 inherits from its pretrained VLM,
-which a policy trained from random weights has to learn first.
+between them) to every batch; ``--vision-first-steps`` then trains the vision tower alone to name
+the cube's region on them, and ``--answer-first-steps`` the answer to "Where is the cube?" through
+the VLM, before the co-training starts — what π0.5 inherits from its pretrained VLM and a policy
+trained from random weights has to learn first.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class TrainConfig:
     """Share of every batch drawn from the start frames (when there are any)."""
     start_frame_jitter: float = 0.0
     """Start-pose jitter of the start frames, radians (0: all from the nominal pose)."""
+    vision_first_steps: int = 0
+    """Steps of a stage before everything else that trains the vision tower alone to name the cube's
+    region from the base camera (:mod:`oxygen_ros.train.vision_stage`; needs ``start_frames``)."""
     answer_first_steps: int = 0
     """Optimizer steps at the start that train the answer to the cube question alone, on the start
     frames at the reset only (the VLM learns to find the cube in the image before the action expert
@@ -236,12 +240,13 @@ def check_config(cfg: TrainConfig) -> None:
 
     Raises:
         ValueError: ``start_frames`` < 0, ``start_frame_share`` outside [0, 1),
-            ``answer_first_steps`` < 0, or ``answer_first_steps`` without start frames to train on.
+            ``vision_first_steps`` or ``answer_first_steps`` < 0 or without start frames to train on.
     """
     if cfg.start_frames < 0 or not 0.0 <= cfg.start_frame_share < 1.0:
         raise ValueError("--start-frames must be >= 0 and --start-frame-share in [0, 1)")
-    if cfg.answer_first_steps < 0 or (cfg.answer_first_steps and not cfg.start_frames):
-        raise ValueError("--answer-first-steps must be >= 0, and trains on --start-frames (give some)")
+    for flag, n in (("--vision-first-steps", cfg.vision_first_steps), ("--answer-first-steps", cfg.answer_first_steps)):
+        if n < 0 or (n and not cfg.start_frames):
+            raise ValueError(f"{flag} must be >= 0, and trains on --start-frames (give some)")
 
 
 def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool = True) -> TrainResult:
@@ -288,8 +293,8 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     # the answer-first stage: start frames at the reset only, where every placement has the same
     # state; from later frames the state (the arm already moving to the cube) tells the answer
     reset_rows = start_rows[data.step[start_rows] == 0]
-    if cfg.answer_first_steps and not len(reset_rows):
-        raise ValueError("--answer-first-steps: none of the start frames is at the reset; render more")
+    if (cfg.vision_first_steps or cfg.answer_first_steps) and not len(reset_rows):
+        raise ValueError("none of the start frames is at the reset, where the first stages train; render more")
     torch.manual_seed(cfg.seed)
     model = random_pretrained(model_cfg, seed=cfg.seed).train()
     tokenizer = build_tokenizer(model_cfg.vocab_size)
@@ -303,6 +308,17 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=cfg.lr
     )
+    vision_stage: dict[str, float] = {}
+    if cfg.vision_first_steps:
+        from oxygen_ros.train.vision_stage import train_vision_stage
+
+        t0 = time.perf_counter()
+        done = train_vision_stage(
+            model, data.images, data.region, reset_rows, cfg.vision_first_steps, cfg.batch_size, cfg.lr, rng
+        )
+        vision_stage = {"steps": float(done.steps), "accuracy": done.accuracy, "wall_s": time.perf_counter() - t0}
+        if not progress:
+            print(f"vision stage: {done.steps} steps, region accuracy {done.accuracy:.2f} (trained frames)", flush=True)
     log: list[dict[str, float]] = []
     acc = {"loss": 0.0, "flow": 0.0, "text": 0.0, "text_accuracy": 0.0}
     n_acc = 0
@@ -368,6 +384,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         "episodes": episodes,
         "train_frames": int(len(train_rows)),
         "start_frames": int(len(start_rows)),
+        "vision_stage": vision_stage,
         "steps": steps_done,
         "wall_s": wall,
         "held_out": held,
@@ -417,6 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start-pose jitter of the start frames (default: %(default)s, the nominal pose: only the cube differs)",
     )
     p.add_argument(
+        "--vision-first-steps",
+        type=int,
+        default=d.vision_first_steps,
+        metavar="N",
+        help="before all else, N steps train the vision tower alone to name the cube's region from the base "
+        "camera on the start frames at the reset (needs --start-frames; default: %(default)s)",
+    )
+    p.add_argument(
         "--answer-first-steps",
         type=int,
         default=d.answer_first_steps,
@@ -451,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_frames=args.start_frames,
         start_frame_share=args.start_frame_share,
         start_frame_jitter=args.start_frame_jitter,
+        vision_first_steps=args.vision_first_steps,
         answer_first_steps=args.answer_first_steps,
     )
     try:

@@ -140,19 +140,22 @@ def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, cap
         assert "--start-frame" in capsys.readouterr().err
     assert train_main([*args, "--start-frames", "2", "--start-frame-jitter", "0.9"]) == 2
     assert "start jitter" in capsys.readouterr().err
-    for bad in (["--answer-first-steps", "-1"], ["--answer-first-steps", "2"]):  # the second: no start frames
-        assert train_main([*args, *bad]) == 2
-        assert "--answer-first-steps" in capsys.readouterr().err
+    for flag in ("--vision-first-steps", "--answer-first-steps"):
+        for bad in ([flag, "-1"], [flag, "2"]):  # the second: no start frames to train on
+            assert train_main([*args, *bad]) == 2
+            assert flag in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(demos, tmp_path, monkeypatch):
-    """The first N steps: start frames at the reset only, the cube question on every row, and no flow
-    loss in the gradient (the action expert and its projections untouched); then the usual mix."""
+def test_the_first_stages_train_vision_then_the_cube_answer_on_start_frames(demos, tmp_path, monkeypatch):
+    """The vision stage first, on the start frames at the reset; then the answer-first steps: those
+    frames only, the cube question on every row, and no flow loss in the gradient (the action
+    expert and its projections untouched); then the usual mix."""
     import torch
 
     import oxygen_ros.train.objective as objective
     import oxygen_ros.train.train as train_mod
+    import oxygen_ros.train.vision_stage as vision_stage
 
     seen, losses, steps, frame_steps = [], [], [], np.zeros(0, dtype=np.int64)
     batch, loss = train_mod._Batcher.batch, objective.co_training_loss
@@ -171,11 +174,21 @@ def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(dem
         losses.append((flow_weight, grads[0] is None or not bool(grads[0].any())))
         return parts
 
+    vision_rows = []
+    stage = vision_stage.train_vision_stage
+
+    def _vision(model, images, regions, rows, *a, **k):
+        vision_rows.append(np.asarray(rows).copy())
+        assert not seen  # before any other batch
+        return stage(model, images, regions, rows, *a, **k)
+
     monkeypatch.setattr(train_mod._Batcher, "batch", _spy)
     monkeypatch.setattr(objective, "co_training_loss", _loss)
+    monkeypatch.setattr(vision_stage, "train_vision_stage", _vision)
     out = tmp_path / "ckpt"
     args = ["--demos", str(demos), "--out", str(out), "--preset", "pi05-tiny", "--steps", "8", "--held-out", "1"]
-    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", "--answer-first-steps", "6"]) == 0
+    first = ["--vision-first-steps", "3", "--answer-first-steps", "6"]
+    assert train_main([*args, "--batch-size", "4", "--start-frames", "5", *first]) == 0
     assert [only for _, only, _ in seen] == [True] * 6 + [False] * 2
     assert all((rows >= 30).all() for rows, _, _ in seen[:6])  # start frames only,
     assert all((s == 0).all() for s in steps[:6])  # at the reset (the same state for every placement)
@@ -186,7 +199,10 @@ def test_the_answer_first_stage_trains_the_cube_answer_alone_on_start_frames(dem
         assert all(b.text[j, 0] == seen[0][2].text[0, 0] for j in range(len(b.text)))
     assert losses == [(0.0, True)] * 6 + [(1.0, False)] * 2
     log = json.loads((out / "train_log.json").read_text())
-    assert log["config"]["answer_first_steps"] == 6
+    assert log["config"]["answer_first_steps"] == 6 and log["vision_stage"]["steps"] == 3
+    # the vision stage trained on the start frames at the reset, and only there
+    assert len(vision_rows) == 1 and (vision_rows[0] >= 30).all() and (frame_steps[vision_rows[0]] == 0).all()
+    assert len(vision_rows[0]) == int((frame_steps[30:] == 0).sum())
 
 
 @pytest.mark.slow
