@@ -37,7 +37,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "<!-- check: flags -->"
-SCRIPTS = {  # console_scripts of setup.py: name -> module with main()
+SCRIPTS = {  # console_scripts of setup.py: name -> module with main() (`oxygen`: entry() calls it)
     "oxygen_demo": "oxygen_ros.replay.demo",
     "bench": "oxygen_ros.bench.bench",
     "chaos_soak": "oxygen_ros.bench.soak",
@@ -424,7 +424,7 @@ def _console_scripts() -> dict[str, str]:
         for n in ast.walk(tree)
         if isinstance(n, ast.Constant)
         and isinstance(n.value, str)
-        and re.match(r"^\w+ = oxygen_ros\.[\w.]+:main$", n.value)
+        and re.match(r"^\w+ = oxygen_ros\.[\w.]+:(main|entry)$", n.value)
     ]
     return {e.split(" = ")[0]: e.split(" = ")[1].split(":")[0] for e in entries}
 
