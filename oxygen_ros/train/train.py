@@ -290,7 +290,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         data = data.concat(extra)
         start_rows = np.arange(first, len(data))
     n_start = round(cfg.start_frame_share * cfg.batch_size) if len(start_rows) else 0
-    # the answer-first stage: start frames at the reset only, where every placement has the same
+    # both first stages (vision, answer): start frames at the reset only, where every placement has the same
     # state; from later frames the state (the arm already moving to the cube) tells the answer
     reset_rows = start_rows[data.step[start_rows] == 0]
     if (cfg.vision_first_steps or cfg.answer_first_steps) and not len(reset_rows):
