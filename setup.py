@@ -31,7 +31,7 @@ setup(
             "chaos_soak = oxygen_ros.bench.soak:main",
             "gpu_check = oxygen_ros.bench.gpu_check.stages:main",
             "replay = oxygen_ros.replay.replay:main",
-            "bag_player = oxygen_ros.bags.player:main",
+            "bag_player = oxygen_ros.bags.player:entry",
             "record_sim_bag = oxygen_ros.sim.record_bag:main",
             "record_demos = oxygen_ros.sim.demos:main",
             "train = oxygen_ros.train.train:main",

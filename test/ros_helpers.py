@@ -73,6 +73,7 @@ def ros_env(domain_id: int) -> dict[str, str]:
         ROS_DOMAIN_ID=str(domain_id),
         ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
         PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",  # a native crash (SIGSEGV) prints the Python stack of every thread
         RCUTILS_LOGGING_BUFFERED_STREAM="0",
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "test"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )

@@ -31,11 +31,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from oxygen_ros.bags.reader import BagError, BagInput, msg_class
+from oxygen_ros.ros.process_exit import run_then_exit
 
-__all__ = ["BagPlayer", "PlayStats", "build_parser", "main", "qos_from_recorded"]
+__all__ = ["BagPlayer", "PlayStats", "build_parser", "entry", "main", "qos_from_recorded"]
 
 _LATE_S = 0.05
 
@@ -273,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script ``bag_player``; returns the exit status."""
+    """Play (and record) as the command line says; returns the exit status (module doc). The
+    recording is closed and the rclpy context shut down before it returns."""
     args = build_parser().parse_args(argv)  # before rclpy: --help and a bad flag answer at once
     import rclpy
     from rclpy.context import Context
@@ -399,5 +401,12 @@ def _spin(executor: Any, ctx: Any, stop: threading.Event) -> None:
             return
 
 
+def entry() -> NoReturn:
+    """The ``bag_player`` process: :func:`main`, then the process ends with its status, its output
+    flushed, without the interpreter's teardown of native DDS threads (which once ended a finished
+    play with SIGSEGV and its summary lost)."""
+    run_then_exit(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

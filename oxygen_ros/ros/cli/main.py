@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
+from oxygen_ros.ros.process_exit import exit_now, run_then_exit
 
 __all__ = ["DEFAULT_TIMEOUT_S", "build_parser", "entry", "main"]
 
@@ -292,8 +293,7 @@ def _watchdog(seconds: float, verb: str) -> threading.Timer:
 
     def fire() -> None:
         sys.stderr.write(f"oxygen {verb}: gave up after {seconds:g} s (no answer from the ROS graph)\n")
-        sys.stderr.flush()
-        os._exit(1)
+        exit_now(1)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
@@ -305,21 +305,12 @@ def _watchdog(seconds: float, verb: str) -> threading.Timer:
 TEARDOWN_BOUND_S = 10.0
 
 
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be written anyway
-            pass
-
-
 def _exit_deadline(seconds: float, code: int) -> threading.Timer:
     """End the process with ``code`` (its output flushed) if it still runs after ``seconds``: the
     result is written, only the shutdown of rclpy/DDS is left, and that must not hang the command."""
 
     def fire() -> None:
-        _flush()
-        os._exit(code)
+        exit_now(code)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
@@ -374,9 +365,7 @@ def entry() -> NoReturn:
     """The ``oxygen`` process: :func:`main`, its output flushed, then the process ends with its
     status at once — rclpy's context is already shut down and its node destroyed, so nothing is left
     for the interpreter's own shutdown but native DDS threads, which must not hold the exit."""
-    code = main()
-    _flush()
-    os._exit(code)
+    run_then_exit(main)
 
 
 if __name__ == "__main__":
