@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from oxygen_ros.bags.reader import BagError, BagInput, msg_class
-from oxygen_ros.ros.process_exit import run_then_exit
+from oxygen_ros.core.process_exit import run_then_exit
 
 __all__ = ["BagPlayer", "PlayStats", "build_parser", "entry", "main", "qos_from_recorded"]
 
@@ -403,8 +403,8 @@ def _spin(executor: Any, ctx: Any, stop: threading.Event) -> None:
 
 def entry() -> NoReturn:
     """The ``bag_player`` process: :func:`main`, then the process ends with its status, its output
-    flushed, without the interpreter's teardown of native DDS threads (which once ended a finished
-    play with SIGSEGV and its summary lost)."""
+    flushed, without the interpreter's teardown of native DDS threads, which can hang or crash a
+    command that has finished (:mod:`oxygen_ros.core.process_exit`)."""
     run_then_exit(main)
 
 

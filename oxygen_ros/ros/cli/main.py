@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from oxygen_ros.core.process_exit import exit_now, run_then_exit
 from oxygen_ros.ros.cli.lifecycle import TRANSITIONS
-from oxygen_ros.ros.process_exit import exit_now, run_then_exit
 
 __all__ = ["DEFAULT_TIMEOUT_S", "build_parser", "entry", "main"]
 

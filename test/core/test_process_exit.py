@@ -11,7 +11,7 @@ import pytest
 # would follow it dies with SIGSEGV or hangs, as the middleware's can after a finished command.
 _MAIN = """
 import atexit, os, signal, sys, time
-from oxygen_ros.ros.process_exit import run_then_exit
+from oxygen_ros.core.process_exit import run_then_exit
 def main():
     print("played 25 messages")
     sys.stderr.write("one warning\\n")
@@ -46,7 +46,7 @@ def test_an_error_before_any_work_propagates_as_usual():
         [
             sys.executable,
             "-c",
-            "from oxygen_ros.ros.process_exit import run_then_exit\n"
+            "from oxygen_ros.core.process_exit import run_then_exit\n"
             "def main():\n    raise SystemExit(2)\nrun_then_exit(main)",
         ],
         capture_output=True,

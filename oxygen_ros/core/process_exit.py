@@ -38,6 +38,6 @@ def exit_now(code: int) -> NoReturn:
 
 def run_then_exit(main: Callable[[], int]) -> NoReturn:
     """Run ``main()`` (a console script's body, returning its exit status) and end the process with
-    that status via :func:`exit_now`. An exception or ``SystemExit`` from ``main`` (``--help``, a bad
-    flag) propagates as usual: it is raised before any rclpy state exists."""
+    that status via :func:`exit_now`. An exception or ``SystemExit`` from ``main`` propagates as
+    usual (argparse's ``--help`` and bad flags raise before any rclpy state exists)."""
     exit_now(main())
