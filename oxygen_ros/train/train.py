@@ -18,6 +18,10 @@ between them) to every batch; ``--vision-first-steps`` then trains the vision to
 the cube's region on them, and ``--answer-first-steps`` the answer to "Where is the cube?" through
 the VLM, before the co-training starts — what π0.5 inherits from its pretrained VLM and a policy
 trained from random weights has to learn first.
+
+``--init`` starts from a checkpoint instead of random weights (a warm start: its weights, model config,
+norm stats and tokenizer; a fresh optimizer and learning-rate schedule), so training time adds up
+across runs and a run can go on with new demonstrations.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ class TrainConfig:
     """Optimizer steps at the start that train the answer to the cube question alone, on the start
     frames at the reset only (the VLM learns to find the cube in the image before the action expert
     trains; needs ``start_frames``)."""
+    init: str = ""
+    """Checkpoint folder to start from (warm start): its weights, model config, norm stats and
+    tokenizer replace the preset's random weights and the dataset's stats ("": random weights)."""
 
 
 @dataclass
@@ -252,9 +259,13 @@ def check_config(cfg: TrainConfig) -> None:
 def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool = True) -> TrainResult:
     """Train ``cfg.preset`` on the ``record_demos`` folder ``demos``; write the checkpoint ``out``.
 
+    With ``cfg.init`` the run starts from that checkpoint (its config, not ``cfg.preset``; its norm
+    stats, so the weights keep reading the inputs as they were trained to).
+
     Raises:
         DemoError: unusable demonstrations (too few episodes for the held-out split included).
         ConfigError: unknown preset.
+        CheckpointError: ``cfg.init`` missing or not a loadable checkpoint with norm stats.
         ValueError: start-frame settings out of range (:func:`check_config`).
     """
     check_config(cfg)
@@ -262,9 +273,9 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     from tqdm import tqdm
 
     from oxygen_ros.core.config import get_preset
-    from oxygen_ros.core.model.weights import random_pretrained, save_pretrained
+    from oxygen_ros.core.model.weights import load_pretrained, random_pretrained, save_pretrained
     from oxygen_ros.core.policy import Pi05Policy
-    from oxygen_ros.core.tokenizer import build_tokenizer
+    from oxygen_ros.core.tokenizer import build_tokenizer, load_tokenizer
     from oxygen_ros.train.dataset import DemoError, load_demos
     from oxygen_ros.train.objective import co_training_loss, sample_flow_time
     from oxygen_ros.train.placement import placement_check
@@ -272,13 +283,21 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
-    model_cfg = get_preset(cfg.preset)
+    init_stats: dict[str, NormStats] = {}
+    if cfg.init:  # before the data is read: a bad checkpoint fails fast
+        from oxygen_ros.core.model.ckpt_files import require_norm_stats
+
+        model, model_cfg, init_stats, meta = load_pretrained(cfg.init, device="cpu", dtype=torch.float32)
+        require_norm_stats(init_stats, meta.folder, meta.layout, meta.norm_info, meta.asset_id)
+        tokenizer = load_tokenizer(cfg.init, vocab_size=model_cfg.vocab_size)
+    else:
+        model_cfg = get_preset(cfg.preset)
     data = load_demos(demos, model_cfg, progress=progress, max_episodes=cfg.max_episodes)
     episodes = int(data.episode.max()) + 1
     if episodes <= cfg.held_out:
         raise DemoError(f"{episodes} episodes: need more than the {cfg.held_out} held out")
     train_rows, test_rows = data.split(range(episodes - cfg.held_out, episodes))
-    stats = dataset_norm_stats(data)
+    stats = init_stats or dataset_norm_stats(data)
     start_rows = np.empty(0, dtype=np.int64)
     if cfg.start_frames > 0:
         from oxygen_ros.train.start_frames import render_start_frames
@@ -296,8 +315,9 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     if (cfg.vision_first_steps or cfg.answer_first_steps) and not len(reset_rows):
         raise ValueError("none of the start frames is at the reset, where the first stages train; render more")
     torch.manual_seed(cfg.seed)
-    model = random_pretrained(model_cfg, seed=cfg.seed).train()
-    tokenizer = build_tokenizer(model_cfg.vocab_size)
+    if not cfg.init:
+        model = random_pretrained(model_cfg, seed=cfg.seed)
+        tokenizer = build_tokenizer(model_cfg.vocab_size)
     policy = Pi05Policy(model, tokenizer, stats)
     model.train()
     batcher = _Batcher(data, policy)
@@ -406,7 +426,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="train", description=__doc__.split("\n\n")[0])
     p.add_argument("--demos", type=Path, required=True, help="record_demos folder")
     p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    p.add_argument("--preset", default=d.preset, help="model preset (default: %(default)s)")
+    p.add_argument("--preset", default=None, help=f"model preset (default: {d.preset})")
+    p.add_argument(
+        "--init",
+        default="",
+        metavar="CHECKPOINT",
+        help="start from this checkpoint folder instead of random weights (warm start: its weights, config, "
+        "norm stats and tokenizer; excludes --preset)",
+    )
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="frames per step (default: %(default)s)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default: %(default)s)")
@@ -458,12 +485,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns 0, or 2 for bad arguments / unusable demonstrations."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.init and args.preset:
+        parser.error("--init takes the model config from the checkpoint; leave out --preset")
     from oxygen_ros.train.dataset import DemoError
     from oxygen_ros.train.placement import placement_line
 
     cfg = TrainConfig(
-        preset=args.preset,
+        preset=args.preset or TrainConfig.preset,
+        init=args.init,
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,

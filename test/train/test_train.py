@@ -115,6 +115,33 @@ def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_a_warm_start_begins_from_the_checkpoint_with_its_norm_stats(demos, tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    first = tmp_path / "first"
+    base = ["--demos", str(demos), "--steps", "3", "--held-out", "1", "--batch-size", "4"]
+    assert train_main([*base, "--out", str(first), "--preset", "pi05-tiny"]) == 0
+    # at learning rate 0 the run changes nothing: the weights it writes are exactly the ones it started from,
+    # and the norm stats stay the checkpoint's although this run reads fewer episodes (other stats)
+    again = tmp_path / "again"
+    assert train_main([*base, "--out", str(again), "--init", str(first), "--lr", "0", "--max-episodes", "2"]) == 0
+    before, after = load_file(first / "model.safetensors"), load_file(again / "model.safetensors")
+    assert before.keys() == after.keys()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k], err_msg=k)
+    stats = "assets/robot/norm_stats.json"
+    assert (again / stats).read_text() == (first / stats).read_text()
+    assert json.loads((again / "train_log.json").read_text())["config"]["init"] == str(first)
+    capsys.readouterr()
+    # refusals: no such checkpoint (exit 2, nothing written); a preset beside the checkpoint's own config
+    assert train_main([*base, "--out", str(tmp_path / "x"), "--init", str(tmp_path / "none")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit) as exit_:
+        train_main([*base, "--out", str(tmp_path / "x"), "--init", str(first), "--preset", "pi05-tiny"])
+    assert exit_.value.code == 2 and "leave out --preset" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_train_mixes_rendered_start_frames_into_every_batch(demos, tmp_path, capsys, monkeypatch):
     import oxygen_ros.train.train as train_mod
 
