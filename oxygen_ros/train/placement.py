@@ -9,7 +9,8 @@ Open-loop error on recorded episodes cannot show this — there the arm's motion
 
 :func:`placement_check` renders frame 0 of each seed (``SimScene``, as ``record_demos`` renders),
 samples the policy's chunk and its answer to "Where is the cube?", and compares them with the
-scripted oracle's first second of commands and the sim's true region:
+scripted oracle's commands over the chunk's horizon (steps 1 .. H after the frame: the chunk's time
+base, as the training labels) and the sim's true region:
 
 - ``chunk_mae``: mean |policy chunk - oracle chunk| (radians / gripper units, 14 joints, 50 points;
   it includes a bias common to all placements: a still arm does not tell how long it has been
@@ -46,7 +47,8 @@ class PlacementCheck:
     policy_chunks: np.ndarray
     """``[N, H, 14]`` the policy's first chunks (robot units)."""
     oracle_chunks: np.ndarray
-    """``[N, H, 14]`` the scripted oracle's commands over the same horizon."""
+    """``[N, H, 14]`` the scripted oracle's commands over the same horizon: point i is its command
+    i + 1 control steps after the frame, the chunk's time base."""
     answers: list[str]
     truths: list[str]
     summary: dict[str, float] = field(default_factory=dict)
@@ -122,7 +124,9 @@ def placement_check(policy: Any, seeds: Sequence[int] = range(20), noise_seed: i
                 instruction=DEFAULT_INSTRUCTION,
             )
             chunks.append(np.asarray(policy.sample_actions(obs, noise=noise.clone()))[:, : len(state)])
-            oracle.append(np.stack([script(k / scene.control_rate_hz) for k in range(horizon)]))
+            # point i of a chunk is the command i + 1 control steps after its frame (the node's time base,
+            # and the training labels'): the script at steps 1 .. H
+            oracle.append(np.stack([script(k / scene.control_rate_hz) for k in range(1, horizon + 1)]))
             answers.append(policy.generate_text(obs, prompt, max_new_tokens=8).text)
             truths.append(cube_region(scene.cube_position, landed=False))
     finally:

@@ -94,6 +94,25 @@ def test_frames_are_what_the_policy_sees_and_chunks_follow_the_node_time_base(de
 
 
 @pytest.mark.slow
+def test_the_placement_checks_oracle_chunk_is_the_demonstrations_label(demos):
+    # the placement check judges a first chunk against the oracle; that reference must be the label the
+    # policy was trained on for frame 0 of the same placement (same time base), or skill is biased
+    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.train.placement import placement_check
+
+    # chunks of 48 points: the 1 s episodes hold commands 0 .. 49, the labels of frame 0 are 1 .. 48
+    policy = Pi05Policy.from_pretrained("pi05-tiny", device="cpu", seed=0, config_overrides={"action_horizon": 48})
+    data = load_demos(demos, policy.cfg, progress=False)
+    check = placement_check(policy, [7, 8])  # the demos' seeds 7 and 8: no jitter, no action noise
+    assert check.oracle_chunks.shape == (2, 48, 14)
+    for episode in (0, 1):
+        row = np.flatnonzero((data.episode == episode) & (data.step == 0))
+        label = data.chunks(row, 48)[0]
+        assert np.abs(np.diff(label, axis=0)).max() > 1e-3  # the arm moves within it: a shift would show
+        np.testing.assert_allclose(check.oracle_chunks[episode], label, atol=1e-6)
+
+
+@pytest.mark.slow
 def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
     from oxygen_ros.core.policy import Pi05Policy
 
