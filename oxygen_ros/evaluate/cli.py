@@ -29,6 +29,10 @@ same ``--out`` skips the finished episodes (:mod:`oxygen_ros.evaluate.results`).
 sim-trained policy sees the cube: its first chunk and answer at the start pose across placements
 against the oracle's (:mod:`oxygen_ros.train.placement`; a few seconds).
 
+``rollout``: ``evaluate rollout --model M [--seeds N]`` asks, without the node, whether a failing
+closed loop is the policy's or the stack's: the policy steps the sim in this process, no latency
+(:mod:`oxygen_ros.evaluate.rollout`; about 25 s per episode on 2 cores).
+
 ``compare``: ``evaluate compare [LABEL=]DIR ... --out OUT`` puts finished closed-loop runs (other
 models, engine settings, the oracle) in one table and one ``success_rate.png``, each run a group
 under its label, e.g. the learned policy's latency curve beside the oracle's.
@@ -43,8 +47,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from oxygen_ros.evaluate.episodes import (
     CLOSED_LOOP,
@@ -59,6 +64,8 @@ from oxygen_ros.evaluate.episodes import (
 from oxygen_ros.evaluate.results import OutputFolder, aggregate, compared_rows, format_aggregate
 from oxygen_ros.sim.closed_loop.asks import is_checkable
 from oxygen_ros.sim.task.language import CUBE_QUESTION
+
+_T = TypeVar("_T")
 
 __all__ = ["build_parser", "main"]
 
@@ -176,6 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--seeds", type=int, default=20, help="placements 0 .. N-1 (default: %(default)s)")
     pl.add_argument("--seed", type=int, default=0, help="first placement seed (default: %(default)s)")
     pl.add_argument("--json", type=Path, help="also write the summary and per-seed answers here")
+    ro = sub.add_parser("rollout", help="the policy steps the sim in this process: the policy or the stack? (no ROS)")
+    who = ro.add_mutually_exclusive_group(required=True)
+    who.add_argument("--model", help="checkpoint folder (a sim-trained policy)")
+    who.add_argument("--scripted", action="store_true", help="the scripted oracle through the same loop (reference)")
+    ro.add_argument("--seeds", type=int, default=5, help="placements --seed .. --seed+N-1 (default: %(default)s)")
+    ro.add_argument("--seed", type=int, default=0, help="first placement seed (default: %(default)s)")
+    ro.add_argument("--episode-s", type=float, default=12.0, help="simulated seconds per episode (default: 12)")
+    ro.add_argument(
+        "--replan-steps", type=int, default=10, help="control steps between chunks (default: %(default)s, 0.2 s)"
+    )
+    ro.add_argument("--json", type=Path, help="also write the summary and every episode here")
     return p
 
 
@@ -302,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         return _compare(args)
     if args.kind == "placement":
         return _placement(args)
+    if args.kind == "rollout":
+        return _rollout(args)
     from oxygen_ros.evaluate.scheduler import RayOptions, import_ray, run_episodes
 
     try:
@@ -374,27 +394,76 @@ def _compare(args: argparse.Namespace) -> int:
     return _finish(folder, table, CLOSED_LOOP)
 
 
+def _in_process(work: Callable[[], _T]) -> tuple[_T | None, int]:
+    """Run an in-process check (``placement``, ``rollout``): its result and 0, or None and the exit
+    status with the error printed — 2 for bad input (a checkpoint that does not load, a bad value),
+    1 when the simulator is not installed."""
+    try:
+        return work(), 0
+    except (ValueError, OSError) as exc:  # CheckpointError is a ValueError
+        print(f"evaluate: error: {exc}", file=sys.stderr)
+        return None, 2
+    except ModuleNotFoundError as exc:
+        print(f"evaluate: error: {exc}; install requirements-sim.txt", file=sys.stderr)
+        return None, 1
+
+
 def _placement(args: argparse.Namespace) -> int:
     """``evaluate placement``: :func:`~oxygen_ros.train.placement.placement_check` of ``--model``
     over seeds ``--seed .. --seed+--seeds-1``, in this process (no node, no Ray)."""
     from oxygen_ros.core.policy import Pi05Policy
     from oxygen_ros.train.placement import placement_check, placement_line
 
-    try:
-        policy = Pi05Policy.from_pretrained(args.model, device="cpu")
-        check = placement_check(policy, range(args.seed, args.seed + args.seeds))
-    except (ValueError, OSError) as exc:  # CheckpointError is a ValueError
-        print(f"evaluate: error: {exc}", file=sys.stderr)
-        return 2
-    except ModuleNotFoundError as exc:
-        print(f"evaluate: error: {exc}; install requirements-sim.txt", file=sys.stderr)
-        return 1
+    check, status = _in_process(
+        lambda: placement_check(
+            Pi05Policy.from_pretrained(args.model, device="cpu"), range(args.seed, args.seed + args.seeds)
+        )
+    )
+    if check is None:
+        return status
     for seed, answer, truth in zip(check.seeds, check.answers, check.truths, strict=True):
         print(f"seed {seed:4d}: answers {answer.strip()!r:18} truth {truth!r}")
     print(placement_line(check.summary))
     if args.json:
         answers = [{"seed": s, "answer": a, "truth": t} for s, a, t in zip(check.seeds, check.answers, check.truths)]
         args.json.write_text(json.dumps({"summary": check.summary, "answers": answers}, indent=1))
+    return 0
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    """``evaluate rollout``: :func:`~oxygen_ros.evaluate.rollout.rollout` of ``--model`` (or the
+    scripted oracle) over seeds ``--seed .. --seed+--seeds-1``, in this process (no node, no Ray)."""
+    from oxygen_ros.evaluate.rollout import SCRIPTED, RolloutEpisode, rollout, rollout_summary
+
+    if args.seeds < 1:
+        print("evaluate: error: --seeds must be >= 1", file=sys.stderr)
+        return 2
+
+    def run() -> list[RolloutEpisode]:
+        from oxygen_ros.core.policy import Pi05Policy
+
+        policy: Any = SCRIPTED if args.scripted else Pi05Policy.from_pretrained(args.model, device="cpu")
+        return rollout(
+            policy,
+            range(args.seed, args.seed + args.seeds),
+            episode_s=args.episode_s,
+            replan_steps=args.replan_steps,
+            on_episode=lambda episode: print(episode.line(), flush=True),
+        )
+
+    episodes, status = _in_process(run)
+    if episodes is None:
+        return status
+    summary = rollout_summary(episodes)
+    lo, hi = summary["wilson_95"]
+    print(
+        f"rollout in this process ({'scripted oracle' if args.scripted else args.model}, no ROS, no latency): "
+        f"success {summary['successes']}/{summary['episodes']} [{lo:.2f}, {hi:.2f}]; grasp target missed by "
+        f"{summary['median_grasp_miss_cm']:.1f} cm (median); right gripper commanded closed (< 0.5) in "
+        f"{summary['gripper_closed']}/{summary['episodes']}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1))
     return 0
 
 

@@ -6,8 +6,9 @@ cameras). Its frames go through the same decode, resize and prompt as the node's
 open-loop chunks must be far closer to the recorded commands than "hold the current state"; the
 same frames with two camera slots swapped, or with the top image mirrored (the cube on the other
 side), must lose that — a policy that ignored its images, or a slot mapping or image orientation
-that had drifted from training, would fail here. Its answer to "Where is the cube?" must be the
-sim's true region.
+that had drifted from training, would fail here. On 20 unseen placements rendered by the sim at the
+start pose, its answer to "Where is the cube?" must be the sim's true region (>= 90 %) and its first
+chunk must follow the cube (the placement check's skill above 0.2; blind is 0).
 """
 
 from __future__ import annotations
@@ -56,30 +57,27 @@ def test_open_loop_far_better_than_holding_the_state(setup):
 
 def test_swapped_camera_slots_or_a_mirrored_image_break_it(setup):
     policy, data = setup
-    good = _error(policy, data)["model_mae"]
+    good = _error(policy, data)
     swapped = _error(policy, data, data.images[:, [1, 0, 2]])["model_mae"]
     mirrored = data.images.copy()
     mirrored[:, 0] = mirrored[:, 0, :, :, ::-1]
     flipped = _error(policy, data, mirrored)["model_mae"]
-    assert swapped > 1.5 * good and flipped > 1.5 * good, (good, swapped, flipped)
+    # the issue's wiring check: the same "far better than holding" test fails on the miswired frames
+    assert good["model_mae"] < 0.5 * good["hold_mae"], good
+    assert swapped >= 0.5 * good["hold_mae"] and flipped >= 0.5 * good["hold_mae"], (good, swapped, flipped)
 
 
-@pytest.mark.xfail(
-    reason="known gap, measured in docs/train.md: the shipped policy answers 'Where is the cube?' right 11 "
-    "times in 60 on unseen placements (here: 'back left' at frame 20 of seed 0, truth 'back right'); "
-    "the goal is >= 90 %",
-    strict=False,
-)
-def test_answers_where_the_cube_is(setup):
-    from oxygen_ros.core.types import Observation
-    from oxygen_ros.sim.task.language import CUBE_QUESTION, CUBE_REGIONS
+@pytest.mark.slow
+def test_sees_the_cube_and_answers_where_it_is_on_unseen_placements():
+    """The issue's bar for answers (>= 90 % right) on the 20 unseen placements that ``evaluate`` uses,
+    at the start pose: the arms have not moved, so only the cube's pixels tell where it is (on the
+    sample bag the oracle's reach gives the answer away). A policy blind to the cube answers one
+    region whatever the placement (about 25 %) and its first chunk has no skill (0)."""
+    pytest.importorskip("mujoco")
+    pytest.importorskip("gym_aloha")
+    from oxygen_ros.core.policy import Pi05Policy
+    from oxygen_ros.train.placement import placement_check
 
-    policy, data = setup
-    for row in (5, 20, 30, 75):
-        imgs = {
-            s: np.ascontiguousarray(data.images[row, i].transpose(1, 2, 0))
-            for i, s in enumerate(policy.cfg.image_slots)
-        }
-        obs = Observation(images=imgs, state=data.state[row], instruction=data.instructions[0])
-        got = policy.generate_text(obs, prompt=f"Question: {CUBE_QUESTION}\nAnswer: ", max_new_tokens=8)
-        assert got.text.strip() == CUBE_REGIONS[int(data.region[row])], (row, got)
+    summary = placement_check(Pi05Policy.from_pretrained(shipped_policy(), device="cpu"), seeds=range(20)).summary
+    assert summary["answers_right"] >= 18, summary
+    assert summary["skill"] > 0.2, summary

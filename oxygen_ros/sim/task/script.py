@@ -14,7 +14,10 @@ import numpy as np
 
 from oxygen_ros.sim.scene import _ARM_JOINTS, CUBE_REST_Z, GRIPPER_CLOSED, GRIPPER_OPEN, SimScene
 
-__all__ = ["ScriptedPickLift"]
+__all__ = ["ScriptedPickLift", "grasp_point"]
+
+GRASP_ABOVE_CUBE_M = 0.025
+"""Height above the cube's centre at which the script's IK puts the grasp point to close the gripper."""
 
 
 class _ArmIK:
@@ -69,6 +72,21 @@ class _ArmIK:
         return q
 
 
+def grasp_point(scene: SimScene, side: str = "right") -> np.ndarray:
+    """``[3]`` world position in metres of the point between one gripper's finger pads: the point the
+    script's IK puts ``GRASP_ABOVE_CUBE_M`` above the cube's centre to grasp it (``_ArmIK.GRASP_OFFSET``
+    along the gripper link's x axis).
+
+    Raises:
+        KeyError: ``side`` is not ``left`` or ``right``.
+    """
+    data = scene.physics.named.data
+    body = f"vx300s_{side}/gripper_link"
+    axis = np.asarray(data.xmat[body]).reshape(3, 3)[:, 0]
+    point: np.ndarray = np.asarray(data.xpos[body]) + _ArmIK.GRASP_OFFSET * axis
+    return point
+
+
 def _smoothstep(x: float) -> float:
     """Minimum-jerk blend 0 -> 1 on x in [0, 1]."""
     x = min(max(x, 0.0), 1.0)
@@ -99,7 +117,7 @@ class ScriptedPickLift:
         up = np.array([0.0, 0.0, 1.0])
         meet = np.array([-0.02, 0.5, 0.22])
         r_above = right.solve(cube + 0.15 * up, qr0)
-        r_grasp = right.solve(cube + 0.025 * up, r_above)
+        r_grasp = right.solve(cube + GRASP_ABOVE_CUBE_M * up, r_above)
         r_lift = right.solve(cube + 0.2 * up, r_grasp)
         r_meet = right.solve(meet + np.array([0.04, 0.0, 0.0]), r_lift)
         l_hover = left.solve(cube + np.array([-0.12, 0.0, 0.18]), ql0)
