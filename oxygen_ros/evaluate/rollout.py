@@ -125,7 +125,7 @@ def rollout(
             f"need 1 <= replan_steps <= {horizon}, camera_every >= 1, episode_s > 0, max_joint_speed >= 0; "
             f"got {replan_steps}, {camera_every}, {episode_s}, {max_joint_speed}"
         )
-    n_joints = len(JOINT_NAMES)
+    n_joints, right_gripper = len(JOINT_NAMES), JOINT_NAMES.index("right_gripper")
     scene = SimScene(cameras=tuple(dict.fromkeys(slots.values())) or ("top",), image_size=(120, 160))
     steps = round(episode_s * scene.control_rate_hz)
     bound = max_joint_speed / scene.control_rate_hz if max_joint_speed > 0 else np.inf
@@ -166,8 +166,8 @@ def rollout(
                     distance = float(np.linalg.norm(rel))
                     if distance < closest[0]:
                         closest = (distance, float(np.hypot(rel[0], rel[1])), float(rel[2]), scene.time)
-                    if command[13] < lowest[0]:
-                        lowest = (float(command[13]), float(rel[2]))
+                    if command[right_gripper] < lowest[0]:
+                        lowest = (float(command[right_gripper]), float(rel[2]))
             episodes.append(
                 RolloutEpisode(
                     seed=int(seed),

@@ -14,7 +14,7 @@ import numpy as np
 
 from oxygen_ros.sim.scene import _ARM_JOINTS, CUBE_REST_Z, GRIPPER_CLOSED, GRIPPER_OPEN, SimScene
 
-__all__ = ["ScriptedPickLift", "grasp_point"]
+__all__ = ["GRASP_ABOVE_CUBE_M", "ScriptedPickLift", "grasp_point"]
 
 GRASP_ABOVE_CUBE_M = 0.025
 """Height above the cube's centre at which the script's IK puts the grasp point to close the gripper."""
