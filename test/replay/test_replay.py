@@ -299,11 +299,13 @@ def test_camera_type_mismatch_names_the_parameter(tmp_path):
 
 
 def test_recorded_timing_runs_at_bag_speed(tmp_path):
-    bag = window(SAMPLE_BAG, tmp_path / "short", 2.0)
-    result = run(bag, tmp_path / "out", timing="recorded", rate=4.0, plots=False)
+    # 3 s of bag at x2 is 1.5 s of wall time: room for a slow first (warm-up) frame on a loaded CI
+    # machine, whose overlapping observations are superseded, and still more than one chunk
+    bag = window(SAMPLE_BAG, tmp_path / "short", 3.0)
+    result = run(bag, tmp_path / "out", timing="recorded", rate=2.0, plots=False)
     assert result.ok and len(result.chunks) >= 2
-    assert result.stats.wall_total >= 0.45  # 2 s of bag at x4
-    assert "recorded timing x4" in result.report
+    assert result.stats.wall_total >= 1.4  # 3 s of bag at x2
+    assert "recorded timing x2" in result.report
     assert all(f.latency is not None and f.latency >= 0 for f in result.stats.frames if f.action)
 
 
