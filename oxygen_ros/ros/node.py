@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -34,7 +32,6 @@ from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rclpy.signals import SignalHandlerOptions
 from rclpy.timer import Timer
 from rclpy.utilities import get_default_context
 
@@ -52,6 +49,7 @@ from oxygen_ros.ros.params.node_config import NodeConfig, declare_node_params, r
 from oxygen_ros.ros.params.specs import ParamError
 from oxygen_ros.ros.qos import qos_from_name
 from oxygen_ros.ros.shadow import ShadowMonitor
+from oxygen_ros.ros.signals import init_without_signal_handlers
 from oxygen_ros.streams.observation import ObservationAssembler
 from oxygen_ros.streams.text import Emit, ignored_notice
 
@@ -417,14 +415,11 @@ def main(args: list[str] | None = None) -> NoReturn:
     ``[request N cancelled: node shutting down]`` on its text topics (:meth:`OxygenNode.shut_down`),
     then the node is torn down and the process exits without the interpreter's slow finalization —
     within about 2 s, also while a frame runs (``ros2 launch`` escalates to SIGTERM after 5 s). rclpy's own signal
-    handlers are not installed
-    (they would shut the context down first, and nothing could be published any more).
+    handlers are not installed (:mod:`oxygen_ros.ros.signals`): they would shut the context down
+    first, and nothing could be published any more.
     """
     check_node_arguments("oxygen_node", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: stop.set())
+    stop = init_without_signal_handlers(args)
     # The inference thread issues hundreds of short torch calls per frame, each needing the GIL;
     # with the default 5 ms switch interval a busy executor thread (a topic flood) makes it wait
     # up to 5 ms per call. A short interval keeps the action path responsive.

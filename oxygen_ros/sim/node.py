@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -58,7 +57,6 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -66,6 +64,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.ros.params.files import check_node_arguments
 from oxygen_ros.ros.params.specs import ParamError, declare, read_values
 from oxygen_ros.ros.qos import qos_from_name, reliable_qos
+from oxygen_ros.ros.signals import init_without_signal_handlers
 from oxygen_ros.sim.command_inputs import CommandInputs
 from oxygen_ros.sim.executor import ChunkExecutor, Command, ExecState
 from oxygen_ros.sim.params import NODE_NAME, STATUS_NAME, sim_specs
@@ -365,14 +364,10 @@ class AlohaSimNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``aloha_sim``: run until SIGINT or SIGTERM; returns the exit status (see
-    module doc). Its own signal handlers end the spin loop, then the node is torn down and the
-    context shut down, in that order (rclpy's handlers would shut the context down under a spinning
-    executor: a take from a destroyed subscription raised at exit)."""
+    module doc). A signal ends the spin loop, then the node is torn down and the context shut down,
+    in that order (:mod:`oxygen_ros.ros.signals`)."""
     check_node_arguments("aloha_sim", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: stop.set())
+    stop = init_without_signal_handlers(args)
     try:
         node = AlohaSimNode()
     except ParamError as exc:

@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.ros.convert import rgb_to_compressed_msg, rgb_to_image_msg, sec_to_stamp
     from oxygen_ros.ros.params.node_config import ParamsFileError, load_node_config
     from oxygen_ros.ros.qos import qos_from_name, sensor_data_qos
+    from oxygen_ros.ros.signals import init_without_signal_handlers
 
     try:
         cfg = load_node_config(args.params_file, args.param, namespace=args.namespace)
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fake_robot: error: {exc}", file=sys.stderr)
         return 2
     checks = controller_checks(cfg)
-    rclpy.init()
+    stop = init_without_signal_handlers()
     node = rclpy.create_node("fake_robot", namespace=args.namespace)
     yy, xx = np.mgrid[0:240, 0:320]
     picture = np.stack([xx % 256, yy % 256, (xx + yy) % 256], -1).astype(np.uint8)  # a gradient, 320x240
@@ -193,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         end = None if args.duration is None else time.monotonic() + args.duration
-        while rclpy.ok() and (end is None or time.monotonic() < end):
+        while rclpy.ok() and not stop.is_set() and (end is None or time.monotonic() < end):
             executor.spin_once(timeout_sec=0.05)
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except ExternalShutdownException:
         pass
     finally:
         executor.shutdown()

@@ -34,6 +34,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.ros.convert.trajectory import chunk_to_joint_trajectory
 from oxygen_ros.ros.params.files import check_node_arguments
 from oxygen_ros.ros.qos import reliable_qos, sensor_data_qos
+from oxygen_ros.ros.signals import init_without_signal_handlers
 from oxygen_ros.sim.params import STATUS_NAME
 from oxygen_ros.sim.scene import JOINT_NAMES
 from oxygen_ros.sim.task.oracle import OracleScript
@@ -103,9 +104,11 @@ class ScriptedPolicyNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    """Console script ``scripted_policy``: run until SIGINT (exit 0; 2 for bad parameters)."""
+    """Console script ``scripted_policy``: run until SIGINT or SIGTERM (exit 0; 2 for bad
+    parameters). A signal ends the spin loop, then executor, node and context are torn down in that
+    order (:mod:`oxygen_ros.ros.signals`)."""
     check_node_arguments("scripted_policy", __doc__.split("\n\n")[0], args)  # --help; a non-ROS argument: exit 2
-    rclpy.init(args=args)
+    stop = init_without_signal_handlers(args)
     try:
         node = ScriptedPolicyNode()
     except ValueError as exc:
@@ -115,13 +118,14 @@ def main(args: list[str] | None = None) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        while rclpy.ok() and not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+    except ExternalShutdownException:
         pass
     finally:
-        node.oracle.close()
         executor.shutdown()
         node.destroy_node()
+        node.oracle.close()
         rclpy.try_shutdown()
     return 0
 
