@@ -1,16 +1,15 @@
 """How every long-running ROS process of this package ends on SIGINT / SIGTERM.
 
-rclpy's own signal handlers (``rclpy.init``'s default) shut the context down from rclpy's signal
-thread while the main thread is still spinning or already tearing the node down. Two failures came
-from that race, both intermittent: on Kilted a take from a subscription the shutdown had destroyed
+rclpy's own signal handlers (``rclpy.init``'s default) shut the context down on a signal, whatever
+the main thread is doing: still spinning, or already tearing the node down. Two failures came from
+that, both intermittent: on Kilted a take from a subscription the shutdown had destroyed
 raised at exit; on Jazzy (rclpy 7.1) the oracle policy died with a segmentation fault inside
 ``Node.destroy_node`` (the closed-loop report's ``clean_exit`` check failed, exit status -11).
 
 So the processes (``oxygen_node``, ``aloha_sim``, ``scripted_policy``, ``fake_robot``) start rclpy
 with :func:`init_without_signal_handlers`: a signal only sets an event; the spin loop sees it
-within one ``spin_once`` timeout and leaves, and then one thread tears down in a fixed order —
-executor, node, context. The order follows rclpy's own examples (``examples_rclpy_*``), without
-the handlers.
+within one ``spin_once`` timeout and leaves, and then the main thread alone tears down, in a fixed
+order: executor, node, context (``test/ros/test_signals.py`` stops two of them mid-traffic).
 """
 
 from __future__ import annotations
