@@ -6,7 +6,8 @@ clipping at 1, seeded (weights, batches, noise, flow times). Normalisation stats
 std) come from the dataset: the state from the recorded joint states, the actions from the
 recorded commands. The checkpoint folder (openpi layout: ``model.safetensors``, config, norm stats,
 tokenizer) loads by path in the node (``model_path``), ``replay`` and ``evaluate``; beside it
-``train_log.json`` (every logged step), ``loss.png`` and a model card ``README.md``.
+``train_log.json`` (every logged step), ``loss.png`` and a model card ``README.md``
+(:mod:`oxygen_ros.train.card`: the run's figures and the command that repeats it).
 
 Held-out episodes (``--held-out``, the last ones) are never trained on: at the end their open-loop
 action error is measured against the "hold the current state" baseline. Then the placement check
@@ -34,7 +35,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -276,6 +277,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     from oxygen_ros.core.model.weights import load_pretrained, random_pretrained, save_pretrained
     from oxygen_ros.core.policy import Pi05Policy
     from oxygen_ros.core.tokenizer import build_tokenizer, load_tokenizer
+    from oxygen_ros.train.card import model_card
     from oxygen_ros.train.dataset import DemoError, load_demos
     from oxygen_ros.train.objective import co_training_loss, sample_flow_time
     from oxygen_ros.train.placement import placement_check
@@ -290,6 +292,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         model, model_cfg, init_stats, meta = load_pretrained(cfg.init, device="cpu", dtype=torch.float32)
         require_norm_stats(init_stats, meta.folder, meta.layout, meta.norm_info, meta.asset_id)
         tokenizer = load_tokenizer(cfg.init, vocab_size=model_cfg.vocab_size)
+        cfg = replace(cfg, preset=model_cfg.name)  # the log and the model card name what was trained
     else:
         model_cfg = get_preset(cfg.preset)
     data = load_demos(demos, model_cfg, progress=progress, max_episodes=cfg.max_episodes)
@@ -412,6 +415,9 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
         "log": log,
     }
     (tmp / "train_log.json").write_text(json.dumps(record, indent=1))
+    parameters = sum(p.numel() for p in model.parameters())
+    size = (tmp / "model.safetensors").stat().st_size
+    (tmp / "README.md").write_text(model_card(record, str(out), parameters, size, TrainConfig().__dict__))
     if log:
         _plot(log, tmp / "loss.png")
     if out.exists():
@@ -483,16 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns 0, or 2 for bad arguments / unusable demonstrations."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.init and args.preset:
-        parser.error("--init takes the model config from the checkpoint; leave out --preset")
-    from oxygen_ros.train.dataset import DemoError
-    from oxygen_ros.train.placement import placement_line
-
-    cfg = TrainConfig(
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed ``train`` flags (:func:`build_parser`)."""
+    return TrainConfig(
         preset=args.preset or TrainConfig.preset,
         init=args.init,
         steps=args.steps,
@@ -510,6 +509,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         vision_first_steps=args.vision_first_steps,
         answer_first_steps=args.answer_first_steps,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns 0, or 2 for bad arguments / unusable demonstrations."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.init and args.preset:
+        parser.error("--init takes the model config from the checkpoint; leave out --preset")
+    from oxygen_ros.train.dataset import DemoError
+    from oxygen_ros.train.placement import placement_line
+
+    cfg = config_from_args(args)
     try:
         result = train(args.demos, args.out, cfg, progress=sys.stderr.isatty())
     except (DemoError, ValueError) as exc:

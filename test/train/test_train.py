@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +13,17 @@ import pytest
 
 from oxygen_ros.core.config import get_preset
 from oxygen_ros.train.dataset import DemoError, episode_folders, load_demos, read_episode
+from oxygen_ros.train.train import TrainConfig, build_parser, config_from_args
 from oxygen_ros.train.train import main as train_main
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "aloha_sim_sample"
+
+
+def _card_config(card: str) -> TrainConfig:
+    """The config that the model card's ``train`` command line parses to."""
+    (line,) = [x for x in card.splitlines() if x.startswith("train ")]
+    return config_from_args(build_parser().parse_args(shlex.split(line)[1:]))
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +134,12 @@ def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
         assert (out / name).is_file(), name
     log = json.loads((out / "train_log.json").read_text())
     assert log["steps"] == 4 and log["episodes"] == 3 and log["train_frames"] == 20
+    # the model card: the run's figures, and a command that repeats exactly this run
+    card = (out / "README.md").read_text()
+    assert "preset `pi05-tiny`" in card and "3 episodes, the last 1 held out" in card
+    assert f"{log['held_out']['model_mae']:.4f} (hold the state: {log['held_out']['hold_mae']:.4f})" in card
+    assert f"answers {int(log['placement']['answers_right'])}/20 right" in card
+    assert _card_config(card) == TrainConfig(**log["config"])
     assert np.isfinite([e["flow"] for e in log["log"]]).all()
     assert log["placement"]["placements"] == 20 and np.isfinite(list(log["placement"].values())).all()
     policy = Pi05Policy.from_pretrained(out, device="cpu")
@@ -150,7 +165,13 @@ def test_a_warm_start_begins_from_the_checkpoint_with_its_norm_stats(demos, tmp_
         np.testing.assert_array_equal(before[k], after[k], err_msg=k)
     stats = "assets/robot/norm_stats.json"
     assert (again / stats).read_text() == (first / stats).read_text()
-    assert json.loads((again / "train_log.json").read_text())["config"]["init"] == str(first)
+    # the run's config names the checkpoint's model, not the default preset it never built
+    logged = json.loads((again / "train_log.json").read_text())["config"]
+    assert logged["init"] == str(first) and logged["preset"] == "pi05-tiny"
+    card = (again / "README.md").read_text()
+    assert f"warm start from `{first}`" in card and "preset `pi05-tiny`" in card
+    # its command repeats the warm start (without --preset, which train refuses beside --init)
+    assert _card_config(card) == replace(TrainConfig(**logged), preset=TrainConfig.preset)
     capsys.readouterr()
     # refusals: no such checkpoint (exit 2, nothing written); a preset beside the checkpoint's own config
     assert train_main([*base, "--out", str(tmp_path / "x"), "--init", str(tmp_path / "none")]) == 2
