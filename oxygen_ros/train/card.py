@@ -4,9 +4,10 @@ Rendered from the run's record (the dict written to ``train_log.json``) only, so
 says anything the log does not hold: what was trained (preset, parameters, warm start), on what
 (demonstrations, episodes, held-out split, start frames), how (steps, time, learning rate, seed),
 what came out (last losses, held-out open-loop error against "hold the state", the placement
-check) and the exact ``train`` command that reproduces it, then the ``evaluate`` commands that judge
-it in closed loop. The layout follows the Hugging Face model-card habit (a title, a facts table,
-data, training, results, how to reproduce), in plain Markdown.
+check) and the exact ``train`` command that reproduces it, then the ``evaluate`` commands that
+judge it in closed loop with the sim rendering as the demonstrations were recorded (shadows on, the
+demonstrations' camera rate). The layout follows the Hugging Face model-card habit (a title, a
+facts table, data, training, results, how to reproduce), in plain Markdown.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def model_card(
     """Render the model card (Markdown) of the run ``record`` written to the folder ``out``.
 
     Args:
-        record: the run's ``train_log.json`` dict (``config``, ``demos``, ``episodes``,
+        record: the run's ``train_log.json`` dict (``config``, ``demos``, ``camera_rate_hz`` of the
+            demonstrations' cameras — None where their index does not say —, ``episodes``,
             ``train_frames``, ``start_frames``, ``steps``, ``wall_s`` in seconds, ``held_out``,
             ``placement`` — empty without the simulator —, ``log``).
         out: the checkpoint folder, as the reader will pass it to ``--model``.
@@ -94,6 +96,9 @@ def model_card(
     else:
         rows.append(("placement check", "not run (no simulator where it was trained)"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    rate = record.get("camera_rate_hz")
+    render = "shadows and reflections on" + (f", cameras at {rate:g} Hz" if rate else "")
+    camera_arg = f" --loop-arg=--camera-rate-hz={rate:g}" if rate else ""
     name = out.rstrip("/").rsplit("/", 1)[-1]
     return f"""# {name} — a π0.5-architecture policy trained by `train`
 
@@ -115,8 +120,12 @@ the answer on 20 placements no demonstration used. Neither is task success: judg
 
 ## Judge it in closed loop
 
+The sim renders as the demonstrations were recorded ({render}); with the sim node's defaults the
+images differ from the ones it was trained on.
+
 ```bash
-evaluate closed-loop --model {shlex.quote(out)} --episodes 20 --ask "Where is the cube?" --ask-count 3
+evaluate closed-loop --model {shlex.quote(out)} --episodes 20 --ask "Where is the cube?" --ask-count 3 \\
+  --loop-arg=--sim-param=render_shadows:=true --loop-arg=--rtc{camera_arg}
 evaluate rollout --model {shlex.quote(out)} --seeds 10
 ```
 """

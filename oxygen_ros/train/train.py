@@ -192,6 +192,17 @@ def _lr_at(step: int, cfg: TrainConfig, elapsed_s: float = 0.0) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
 
+def demo_camera_rate(demos: str | Path) -> float | None:
+    """The demonstrations' camera rate (frames per sim second) from their ``demos.json``; None
+    where the index is missing or does not say (a closed-loop judge should then be told by hand)."""
+    from oxygen_ros.sim.demos import INDEX
+
+    try:
+        return float(json.loads((Path(demos) / INDEX).read_text())["camera_rate_hz"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def held_out_error(policy: Any, data: DemoData, rows: np.ndarray, seed: int = 0) -> dict[str, float]:
     """Open-loop error of ``policy`` on frames ``rows``: mean absolute error (radians / gripper
     units, robot's 14 dims, whole chunk) of the sampled chunk and of "hold the frame's state"
@@ -404,6 +415,7 @@ def train(demos: str | Path, out: str | Path, cfg: TrainConfig, progress: bool =
     record = {
         "config": cfg.__dict__,
         "demos": str(demos),
+        "camera_rate_hz": demo_camera_rate(demos),
         "episodes": episodes,
         "train_frames": int(len(train_rows)),
         "start_frames": int(len(start_rows)),

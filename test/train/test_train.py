@@ -140,6 +140,10 @@ def test_train_writes_a_checkpoint_the_policy_loads(demos, tmp_path, capsys):
     assert f"{log['held_out']['model_mae']:.4f} (hold the state: {log['held_out']['hold_mae']:.4f})" in card
     assert f"answers {int(log['placement']['answers_right'])}/20 right" in card
     assert _card_config(card) == TrainConfig(**log["config"])
+    # judged with the render the demonstrations had (their 10 Hz cameras, shadows on)
+    assert log["camera_rate_hz"] == 10.0
+    assert "--sim-param=render_shadows:=true" in card and "--loop-arg=--camera-rate-hz=10 " not in card
+    assert "--loop-arg=--camera-rate-hz=10\n" in card
     assert np.isfinite([e["flow"] for e in log["log"]]).all()
     assert log["placement"]["placements"] == 20 and np.isfinite(list(log["placement"].values())).all()
     policy = Pi05Policy.from_pretrained(out, device="cpu")
